@@ -1,0 +1,138 @@
+"""Root fixtures: real services for tests (the test database, Redis, Celery workers, daphne)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+# Tests keep their files apart from `make run`'s var/ (set before Django settings load).
+# CRUCIBLE_DATA_DIR for tests defaults to var/test (webapp/settings/test.py).
+
+
+def pytest_collection_modifyitems(config, items):
+    # Playwright's event loop upsets later asyncio tests: browser tests run last.
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def service_env(django_db_setup, django_db_blocker) -> dict:
+    """Environment for child processes (workers, daphne) so they use the same test database and Redis."""
+    from django.conf import settings
+    from django.db import connection
+
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings.test", REDIS_URL=settings.REDIS_URL,
+               PYTHONUNBUFFERED="1")
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("postgresql"):
+        user = db.get("USER") or "postgres"
+        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+        env["DATABASE_URL"] = f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+    else:
+        env.pop("DATABASE_URL", None)  # test settings point SQLite at a shared file
+    return env
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@pytest.fixture
+def celery_worker(service_env, transactional_db, tmp_path):
+    """A real Celery worker process consuming both queues; yields its node name."""
+    from webapp.celery import app
+
+    app.control.purge()  # nothing left over from an earlier session may run against this database
+    name = f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu,sandbox", "-c", "2",
+         "-n", name, "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "-l", "INFO"],
+        cwd=ROOT, env=service_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited: {log.read_text()[-3000:]}")
+            if any(name in reply for reply in app.control.ping(destination=[name], timeout=0.5)):
+                break
+        else:
+            raise RuntimeError(f"celery worker did not answer: {log.read_text()[-3000:]}")
+        yield name
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def live_server_url(service_env, transactional_db, tmp_path):
+    """daphne serving the ASGI app (HTTP + websockets) on a free port."""
+    port = free_port()
+    log = tmp_path / "daphne.log"
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "webapp.asgi:application"], cwd=ROOT, env=service_env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"daphne exited: {log.read_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def user(db):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("alice", password="alice-password-1")
+
+
+@pytest.fixture
+def other_user(db):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("bob", password="bob-password-1")
+
+
+@pytest.fixture
+def staff_user(db):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("carol", password="carol-password-1", is_staff=True)
+
+
+@pytest.fixture
+def client_alice(client, user):
+    client.force_login(user)
+    return client

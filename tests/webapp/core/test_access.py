@@ -1,0 +1,76 @@
+"""Every URL in the URL conf refuses anonymous users: pages redirect to login, the API answers 401."""
+import re
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+PUBLIC = {"/login/", "/healthz", "/api/openapi.json", "/api/docs"}
+NOT_ENDPOINTS = {"/api/"}  # ninja's root pattern: answers 404 to everyone
+
+
+def walk(patterns, prefix=""):
+    for p in patterns:
+        if isinstance(p, URLResolver):
+            yield from walk(p.url_patterns, prefix + str(p.pattern))
+        elif isinstance(p, URLPattern):
+            yield prefix + str(p.pattern)
+
+
+def concrete(route: str) -> str:
+    route = route.lstrip("^").rstrip("$").replace("\\Z", "").replace("\\", "")
+    route = re.sub(r"<int:[^>]+>", "1", route)
+    route = re.sub(r"<(?:str|slug|path):?[^>]*>", "x", route)
+    route = re.sub(r"\{[^}]+\}", "1", route)
+    route = re.sub(r"\(\?P<[^>]+>[^)]*\)", "x", route)
+    return "/" + route
+
+
+def all_paths():
+    paths = sorted({concrete(r) for r in walk(get_resolver().url_patterns)})
+    return [p for p in paths if not p.startswith("/admin/") and p not in PUBLIC | NOT_ENDPOINTS and "(" not in p]
+
+
+@pytest.mark.django_db
+def test_the_url_conf_has_pages_and_api_endpoints():
+    paths = all_paths()
+    assert any(p.startswith("/api/") for p in paths)
+    assert "/" in paths
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_every_url_refuses_anonymous_users(client, method):
+    for path in all_paths():
+        response = getattr(client, method)(path)
+        if path.startswith("/api/"):
+            assert response.status_code in (401, 405), (path, response.status_code)
+            if response.status_code == 401:
+                assert response.json() == {"detail": "Unauthorized"}, path
+        else:
+            assert response.status_code in (302, 405), (path, response.status_code)
+            if response.status_code == 302:
+                assert response["Location"].startswith("/login/"), path
+
+
+@pytest.mark.django_db
+def test_admin_requires_staff_login(client):
+    response = client.get("/admin/")
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_login_page_is_public_and_logged_in_user_sees_dashboard(client, user):
+    assert client.get("/login/").status_code == 200
+    assert client.post("/login/", {"username": "alice", "password": "alice-password-1"}).status_code == 302
+    page = client.get("/")
+    assert page.status_code == 200
+    assert b"Problem sets" in page.content and b"Runs" in page.content
+
+
+@pytest.mark.django_db
+def test_plotly_is_served_locally_with_whitenoise(client, user):
+    client.force_login(user)
+    response = client.get("/static/vendor/plotly/plotly.min.js")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    assert b"plotly" in body[:2000].lower()

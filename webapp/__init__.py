@@ -1,0 +1,1 @@
+"""Crucible's Django project: settings, URLs, ASGI/Celery entry points and the web apps."""

@@ -1,0 +1,25 @@
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+
+class NotificationsConsumer(AsyncJsonWebsocketConsumer):
+    """Per-user notifications (`user-<id>` group): validation finished, run state changes."""
+
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()  # before accept: the handshake is refused with 403
+            return
+        self.group = f"user-{user.pk}"
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        if content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def notify(self, event):
+        await self.send_json(event["payload"])

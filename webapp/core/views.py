@@ -1,0 +1,26 @@
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from .health import health
+
+
+@login_not_required
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    report, ok = health()
+    return JsonResponse(report, status=200 if ok else 503)
+
+
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    from webapp.problems.models import ProblemSet
+    from webapp.runs.models import Run
+
+    return render(request, "core/dashboard.html", {
+        "runs": Run.objects.visible_to(request.user).order_by("-created")[:10],
+        "problem_sets": ProblemSet.objects.visible_to(request.user).order_by("-created")[:10],
+    })

@@ -1,0 +1,124 @@
+"""Configuration from the environment, failing loudly on bad values.
+
+Every variable the app reads is declared here once (name, default, meaning) so that settings, the
+launcher and the README table cannot drift apart.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+class ConfigurationError(RuntimeError):
+    """A bad environment variable: the message names it and says how to fix it."""
+
+
+VARIABLES = {
+    "DJANGO_SETTINGS_MODULE": "webapp.settings.local (make run), webapp.settings.test (make test), webapp.settings.production",
+    "DATABASE_URL": "database URL (postgres://user@host:5432/name); default SQLite at $CRUCIBLE_DATA_DIR/db.sqlite3",
+    "REDIS_URL": "Redis for Celery and the channel layer (redis://host:6379/0 or unix:///path.sock); default: a private embedded redis-server on a unix socket under $CRUCIBLE_DATA_DIR",
+    "SECRET_KEY": "Django secret key; local: generated once into $CRUCIBLE_DATA_DIR/secret_key; production: required",
+    "ALLOWED_HOSTS": "comma-separated host names; default 127.0.0.1,localhost (local), required in production",
+    "CRUCIBLE_DATA_DIR": "runs, checkpoints, uploads, models, embedded Redis socket; default ./var",
+    "PORT": "port of the web server started by make run (default 8000)",
+    "CRUCIBLE_GPU_WORKERS": "Celery worker processes on queue gpu started by make run (default 1)",
+    "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
+    "DEBUG": "1 to enable Django debug pages (local only; default 0)",
+}
+
+
+def data_dir() -> Path:
+    raw = os.environ.get("CRUCIBLE_DATA_DIR", "")
+    path = Path(raw).expanduser() if raw else BASE_DIR / "var"
+    if not path.is_absolute():
+        path = (BASE_DIR / path).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"CRUCIBLE_DATA_DIR={raw!r}: cannot create the directory ({exc})") from exc
+    return path
+
+
+def get_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def get_int(name: str, default: int, *, minimum: int = 1, maximum: int = 1 << 30) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r}: expected a whole number") from None
+    if not minimum <= value <= maximum:
+        raise ConfigurationError(f"{name}={raw!r}: expected a number from {minimum} to {maximum}")
+    return value
+
+
+def get_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return list(default)
+    items = [item.strip() for item in raw.split(",")]
+    if any(not item for item in items):
+        raise ConfigurationError(f"{name}={raw!r}: empty entry in the comma-separated list")
+    return items
+
+
+def local_secret_key(directory: Path) -> str:
+    """The SECRET_KEY from the environment, else one generated once and kept under the data dir."""
+    if os.environ.get("SECRET_KEY"):
+        return os.environ["SECRET_KEY"]
+    path = directory / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    key = secrets.token_urlsafe(50)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    return key
+
+
+def database_config(directory: Path) -> dict:
+    import dj_database_url
+
+    raw = os.environ.get("DATABASE_URL", "")
+    if not raw:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(directory / "db.sqlite3"),
+            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+        }
+    try:
+        config = dj_database_url.parse(raw, conn_max_age=60, conn_health_checks=True)
+    except Exception as exc:  # dj-database-url raises several types for junk input
+        raise ConfigurationError(f"DATABASE_URL={raw!r}: not a database URL ({exc})") from None
+    if not config.get("ENGINE"):
+        raise ConfigurationError(f"DATABASE_URL={raw!r}: unknown scheme; use postgres://... or sqlite:///...")
+    return config
+
+
+def redis_url(directory: Path) -> str:
+    """REDIS_URL, or the embedded server's unix socket (started on demand)."""
+    raw = os.environ.get("REDIS_URL", "")
+    if raw:
+        if not raw.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigurationError(f"REDIS_URL={raw!r}: expected redis://host:port/db, rediss://... or unix:///path")
+        return raw
+    from webapp.embedded_redis import ensure_embedded_redis
+
+    url = ensure_embedded_redis(directory)
+    os.environ["REDIS_URL"] = url  # child processes (workers, trainer) reuse the same server
+    return url

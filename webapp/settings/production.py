@@ -1,0 +1,21 @@
+"""Production (docker compose): every secret from the environment, nothing generated."""
+import os
+
+from webapp import env
+
+from .base import *  # noqa: F401,F403
+
+if not os.environ.get("SECRET_KEY"):
+    raise env.ConfigurationError("SECRET_KEY is required in production (set it to a long random string)")
+if not os.environ.get("ALLOWED_HOSTS"):
+    raise env.ConfigurationError("ALLOWED_HOSTS is required in production (comma-separated host names)")
+SECRET_KEY = os.environ["SECRET_KEY"]
+DEBUG = False
+SESSION_COOKIE_SECURE = env.get_bool("SECURE_COOKIES", True)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+CSRF_TRUSTED_ORIGINS = env.get_list("CSRF_TRUSTED_ORIGINS", [])
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}

@@ -1,0 +1,34 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from webapp.accounts import views as account_views
+from webapp.api import api
+from webapp.core import views as core_views
+
+urlpatterns = [
+    path("", core_views.dashboard, name="dashboard"),
+    path("healthz", core_views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tokens/", account_views.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke", account_views.revoke_token, name="revoke-token"),
+    path("admin/", admin.site.urls),
+    path("api/", api.urls),
+]
+
+
+def _include_app_urls() -> None:
+    import importlib
+
+    for module_name in ("webapp.problems.urls", "webapp.runs.urls"):
+        try:
+            importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        urlpatterns.append(path("", include(module_name)))
+
+
+_include_app_urls()
