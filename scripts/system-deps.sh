@@ -6,6 +6,7 @@ set -u
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)  # only to check docker-compose.yml
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "[crucible] installing ${missing[*]} with apt-get"
