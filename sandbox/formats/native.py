@@ -1,0 +1,9 @@
+"""The native format: one `Problem.to_dict()` object per line (DESIGN.md "Problems")."""
+
+from __future__ import annotations
+
+from sandbox.problems import Problem
+
+
+def convert(obj: dict) -> Problem:
+    return Problem.from_dict(obj)

@@ -1,0 +1,378 @@
+"""Problems: the `Problem` dataclass, its native JSON form, and loading problem files.
+
+A problem is either `function` (call-based: each test a statement, usually an `assert`, run in the
+candidate's namespace) or `stdio` (each test case a process fed `input`, its output compared by
+`checker`). See DESIGN.md "Problems" for the native JSON Lines format.
+
+Loading never raises on bad content: `load_problems` returns the good problems plus one `LoadError`
+per bad line (1-based line, field, message). Line 0 means the file as a whole (empty, not JSON Lines,
+a broken gzip stream, ...). Importers for the public formats live in `sandbox.formats`.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Iterable
+
+FORMATS = ("native", "humaneval", "mbpp", "apps", "codecontests")
+KINDS = ("function", "stdio")
+SPLITS = ("train", "heldout")
+
+MAX_TIME_LIMIT_S = 60.0
+"""Upper bound for `time_limit_s`: a training step runs hundreds of candidates."""
+MIN_MEMORY_LIMIT_MB = 16
+MAX_MEMORY_LIMIT_MB = 16384
+MAX_ID_LENGTH = 256
+
+
+class ProblemError(ValueError):
+    """A problem field has a bad value. `field` names it (`tests[2]`, `test_cases[0].input`)."""
+
+    def __init__(self, field: str | None, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """repr() of a value, cut to `limit` characters, for error messages about hostile input."""
+    try:
+        text = repr(value)
+    except Exception:  # a repr that raises must not turn an error message into a crash
+        text = f"<{type(value).__name__}>"
+    if len(text) > limit:
+        text = text[: limit - 15] + f"... ({len(text)} chars)"
+    return text
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)
+
+
+def validate_checker(checker: Any) -> str:
+    """Return `checker` if it is `exact`, `tokens` or `float:EPS` (EPS a positive finite number)."""
+    if not isinstance(checker, str):
+        raise ProblemError("checker", f"must be a string, got {_type_name(checker)}")
+    if checker in ("exact", "tokens"):
+        return checker
+    if checker.startswith("float:"):
+        try:
+            eps = float(checker[len("float:"):])
+        except ValueError:
+            eps = float("nan")
+        if math.isfinite(eps) and eps > 0:
+            return checker
+        raise ProblemError("checker", f"{short(checker)}: EPS in float:EPS must be a positive "
+                                      "number, e.g. float:1e-6")
+    raise ProblemError("checker", f"{short(checker)} is not one of exact, tokens, float:EPS")
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One stdio case: the program gets `input` on stdin; its stdout is compared with `output`."""
+
+    __test__ = False  # not a pytest test class
+
+    input: str
+    output: str
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ProblemError(name, f"must be a string, got {_type_name(value)}")
+
+    def to_dict(self) -> dict:
+        return {"input": self.input, "output": self.output}
+
+
+_FIELDS = ("id", "kind", "prompt", "entry_point", "tests", "test_cases", "setup",
+           "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One programming problem, validated on construction (raises `ProblemError`)."""
+
+    id: str
+    """Unique within a problem set; kept from the source (`HumanEval/0`, `mbpp/2`, `apps/17`)."""
+    kind: str
+    """`function` (call-based tests) or `stdio` (stdin/stdout test cases)."""
+    prompt: str = ""
+    """What the model sees; with completion-style prompting the candidate is `prompt + completion`."""
+    entry_point: str | None = None
+    """function: the name (function, or class such as APPS' `Solution`) the tests call."""
+    tests: tuple[str, ...] = ()
+    """function: statements, usually asserts; each one is one test."""
+    test_cases: tuple[TestCase, ...] = ()
+    """stdio: input/expected-output pairs; each one is one test."""
+    setup: str = ""
+    """function: code run after the candidate and before the tests, in the tests' namespace."""
+    reference_solution: str | None = None
+    """A whole program that passes every test (checked by `python -m sandbox check`)."""
+    time_limit_s: float = 2.0
+    """Wall-clock and CPU-time limit of one execution."""
+    memory_limit_mb: int = 256
+    """Memory limit of one execution."""
+    checker: str = "tokens"
+    """stdio output comparison: `exact`, `tokens` (whitespace-insensitive) or `float:EPS`."""
+    split: str = "train"
+    """`train` or `heldout` (never trained on; used for before/after evaluation)."""
+    tags: tuple[str, ...] = ()
+    """Free-form labels (difficulty, source, topic)."""
+
+    def __post_init__(self) -> None:
+        # Lists are accepted for convenience and frozen into tuples so problems stay hashable.
+        if isinstance(self.tests, list):
+            object.__setattr__(self, "tests", tuple(self.tests))
+        if isinstance(self.tags, list):
+            object.__setattr__(self, "tags", tuple(self.tags))
+        if isinstance(self.test_cases, list):
+            cases = []
+            for i, case in enumerate(self.test_cases):
+                if isinstance(case, dict):
+                    case = _test_case_from_dict(case, f"test_cases[{i}]")
+                cases.append(case)
+            object.__setattr__(self, "test_cases", tuple(cases))
+        if isinstance(self.time_limit_s, int) and not isinstance(self.time_limit_s, bool):
+            object.__setattr__(self, "time_limit_s", float(self.time_limit_s))
+        self._validate()
+
+    def _validate(self) -> None:
+        _check_id(self.id)
+        if self.kind not in KINDS:
+            raise ProblemError("kind", f"{short(self.kind)} is not one of function, stdio")
+        _check_str("prompt", self.prompt)
+        _check_str("setup", self.setup)
+        if self.reference_solution is not None:
+            _check_str("reference_solution", self.reference_solution)
+        _check_str_tuple("tests", self.tests)
+        _check_str_tuple("tags", self.tags)
+        if not isinstance(self.test_cases, tuple):
+            raise ProblemError("test_cases", f"must be a list, got {_type_name(self.test_cases)}")
+        for i, case in enumerate(self.test_cases):
+            if not isinstance(case, TestCase):
+                raise ProblemError(f"test_cases[{i}]", "must be an object with input and output")
+        if self.kind == "function":
+            if self.entry_point is None:
+                raise ProblemError("entry_point", "is required for kind function")
+            if not self.tests:
+                raise ProblemError("tests", "a function problem needs at least one test")
+            if self.test_cases:
+                raise ProblemError("test_cases", "is for kind stdio; a function problem uses tests")
+            for i, test in enumerate(self.tests):
+                if not test.strip():
+                    raise ProblemError(f"tests[{i}]", "is empty")
+                _check_compiles(f"tests[{i}]", test)
+            if self.setup:
+                _check_compiles("setup", self.setup)
+        else:
+            if not self.test_cases:
+                raise ProblemError("test_cases", "a stdio problem needs at least one test case")
+            if self.tests:
+                raise ProblemError("tests", "is for kind function; a stdio problem uses test_cases")
+            if self.setup:
+                raise ProblemError("setup", "is for kind function; a stdio problem has no setup")
+        if self.entry_point is not None:
+            if not isinstance(self.entry_point, str) or not self.entry_point.isidentifier() \
+                    or keyword.iskeyword(self.entry_point):
+                raise ProblemError("entry_point", f"{short(self.entry_point)} is not a Python name")
+        t = self.time_limit_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
+                or not 0 < t <= MAX_TIME_LIMIT_S:
+            raise ProblemError("time_limit_s", f"{short(t)} must be a number in (0, {MAX_TIME_LIMIT_S:g}]")
+        m = self.memory_limit_mb
+        if isinstance(m, bool) or not isinstance(m, int) \
+                or not MIN_MEMORY_LIMIT_MB <= m <= MAX_MEMORY_LIMIT_MB:
+            raise ProblemError("memory_limit_mb", f"{short(m)} must be an integer in "
+                                                  f"[{MIN_MEMORY_LIMIT_MB}, {MAX_MEMORY_LIMIT_MB}]")
+        validate_checker(self.checker)
+        if self.split not in SPLITS:
+            raise ProblemError("split", f"{short(self.split)} is not one of train, heldout")
+
+    def to_dict(self) -> dict:
+        """The native JSON form (DESIGN.md field names); fields of the other kind are left out."""
+        d = asdict(self)
+        d["tests"] = list(self.tests)
+        d["tags"] = list(self.tags)
+        d["test_cases"] = [case.to_dict() for case in self.test_cases]
+        if self.kind == "stdio":
+            for name in ("entry_point", "tests", "setup"):
+                if not d[name]:
+                    del d[name]
+        else:
+            del d["test_cases"]
+        return {name: d[name] for name in _FIELDS if name in d}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Problem":
+        """Build a problem from its native JSON form; unknown keys and bad values raise ProblemError."""
+        if not isinstance(d, dict):
+            raise ProblemError(None, f"a problem must be a JSON object, got {_type_name(d)}")
+        unknown = [k for k in d if k not in _FIELDS]
+        if unknown:
+            key = unknown[0]
+            hint = _close_field(key)
+            raise ProblemError(str(key)[:80], "unknown field" + (f" (did you mean {hint!r}?)" if hint
+                               else f"; valid fields: {', '.join(_FIELDS)}"))
+        for name in ("id", "kind"):
+            if name not in d:
+                raise ProblemError(name, "is required")
+        kwargs: dict[str, Any] = {}
+        for name, value in d.items():
+            if value is None and name not in ("id", "kind"):
+                continue  # null in an optional field means "use the default"
+            if name in ("tests", "tags"):
+                if not isinstance(value, list):
+                    raise ProblemError(name, f"must be a list of strings, got {_type_name(value)}")
+                value = tuple(value)
+            elif name == "test_cases":
+                if not isinstance(value, list):
+                    raise ProblemError(name, f"must be a list of objects, got {_type_name(value)}")
+                value = tuple(_test_case_from_dict(c, f"test_cases[{i}]") for i, c in enumerate(value))
+            elif name == "time_limit_s" and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            elif name == "memory_limit_mb" and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            kwargs[name] = value
+        return cls(**kwargs)
+
+
+def _close_field(key: Any) -> str | None:
+    import difflib
+    matches = difflib.get_close_matches(str(key)[:80], _FIELDS, n=1, cutoff=0.7)
+    return matches[0] if matches else None
+
+
+def _test_case_from_dict(d: Any, where: str) -> TestCase:
+    if not isinstance(d, dict):
+        raise ProblemError(where, f"must be an object with input and output, got {_type_name(d)}")
+    for name in ("input", "output"):
+        if name not in d:
+            raise ProblemError(f"{where}.{name}", "is required")
+        if not isinstance(d[name], str):
+            raise ProblemError(f"{where}.{name}", f"must be a string, got {_type_name(d[name])}")
+    extra = [k for k in d if k not in ("input", "output")]
+    if extra:
+        raise ProblemError(f"{where}.{str(extra[0])[:80]}", "unknown field; a test case has input and output")
+    return TestCase(d["input"], d["output"])
+
+
+def _check_id(value: Any) -> None:
+    if not isinstance(value, str):
+        raise ProblemError("id", f"must be a string, got {_type_name(value)} {short(value)}")
+    if not value.strip():
+        raise ProblemError("id", "must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ProblemError("id", f"{short(value)} is longer than {MAX_ID_LENGTH} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ProblemError("id", f"{short(value)} contains control characters")
+
+
+def _check_str(name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ProblemError(name, f"must be a string, got {_type_name(value)} {short(value)}")
+
+
+def _check_str_tuple(name: str, value: Any) -> None:
+    if not isinstance(value, tuple):
+        raise ProblemError(name, f"must be a list of strings, got {_type_name(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ProblemError(f"{name}[{i}]", f"must be a string, got {_type_name(item)} {short(item)}")
+
+
+def _check_compiles(name: str, source: str) -> None:
+    try:
+        compile(source, f"<{name}>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        raise ProblemError(name, f"does not compile: {e.msg} (line {e.lineno}): {short(source)}") from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise ProblemError(name, f"does not compile: {type(e).__name__}: {short(str(e))}") from None
+
+
+@dataclass
+class LoadError:
+    """One bad line of a problem file. `line` is 1-based; 0 means the whole file."""
+
+    line: int
+    field: str | None
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"line": self.line, "field": self.field, "message": self.message}
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line else "file"
+        return f"{where}: {self.field + ': ' if self.field else ''}{self.message}"
+
+
+@dataclass
+class LoadResult:
+    """The good problems of a file, one error per bad line, and the format that was read."""
+
+    problems: list[Problem] = field(default_factory=list)
+    errors: list[LoadError] = field(default_factory=list)
+    format: str = "native"
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def load_problems(path_or_fileobj: "str | os.PathLike | IO[bytes]", format: str = "auto", *,
+                  name: str | None = None) -> LoadResult:
+    """Load a `.jsonl` or `.jsonl.gz` problem file (gzip recognised by its magic bytes).
+
+    `format` is `auto` (detected from the keys of the first object) or one of FORMATS; `name` is
+    only used in messages. A file that cannot be opened raises OSError; bad content never raises.
+    """
+    if isinstance(path_or_fileobj, (str, os.PathLike)):
+        filename = name or os.fspath(path_or_fileobj)
+        with open(path_or_fileobj, "rb") as f:
+            data = _read_capped(f)
+    else:
+        filename = name or getattr(path_or_fileobj, "name", None) or "<upload>"
+        data = _read_capped(path_or_fileobj)
+    if isinstance(data, LoadResult):
+        return data
+    return load_problems_bytes(data, str(filename), format)
+
+
+def _read_capped(f: IO[bytes]) -> "bytes | LoadResult":
+    from sandbox.formats import MAX_FILE_BYTES
+    data = f.read(MAX_FILE_BYTES + 1)
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_FILE_BYTES:
+        return LoadResult([], [LoadError(0, None, f"file is larger than {MAX_FILE_BYTES >> 20} MiB")], "native")
+    return data
+
+
+def load_problems_bytes(data: bytes, filename: str = "<upload>", format: str = "auto") -> LoadResult:
+    """Load problems from the raw bytes of an uploaded file (`filename` only for messages)."""
+    from sandbox.formats import parse_bytes
+    return parse_bytes(data, filename, format)
+
+
+def dump_problems(problems: Iterable[Problem], fileobj: IO) -> int:
+    """Write problems as native JSON Lines to a text or binary file object; returns the count."""
+    import json
+    count = 0
+    for problem in problems:
+        d = problem.to_dict()
+        line = json.dumps(d, ensure_ascii=False) + "\n"
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (legal in JSON escapes): keep them escaped
+            line = json.dumps(d, ensure_ascii=True) + "\n"
+        try:
+            fileobj.write(line)
+        except TypeError:
+            fileobj.write(line.encode("utf-8"))
+        count += 1
+    return count
