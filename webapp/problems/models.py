@@ -1,3 +1,6 @@
+"""Problem sets, their problems (native dicts from the sandbox importers) and validation results."""
+from __future__ import annotations
+
 from django.conf import settings
 from django.db import models
 
@@ -5,8 +8,83 @@ from webapp.core.models import OwnedQuerySet
 
 
 class ProblemSet(models.Model):
+    """An uploaded problem file, stored as rows; validated on the Celery `sandbox` queue."""
+
+    class Validation(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="problem_sets")
     name = models.CharField(max_length=200)
     created = models.DateTimeField(auto_now_add=True)
+    format = models.CharField(max_length=20, help_text="The format the importer read (native, humaneval, ...).")
+    source_filename = models.CharField(max_length=255, blank=True)
+    problem_count = models.PositiveIntegerField(default=0)
+    train_count = models.PositiveIntegerField(default=0)
+    heldout_count = models.PositiveIntegerField(default=0)
+    import_errors = models.JSONField(default=list, blank=True,
+                                     help_text="Lines the importer refused: [{line, field, message}].")
+    validation_status = models.CharField(max_length=10, choices=Validation.choices, default=Validation.PENDING)
+    validation_passed = models.PositiveIntegerField(default=0)
+    validation_failed = models.PositiveIntegerField(default=0)
+    validation_error = models.TextField(blank=True, help_text="Why the validation job itself failed.")
+    validation_started = models.DateTimeField(null=True, blank=True)
+    validation_finished = models.DateTimeField(null=True, blank=True)
+    validation_generation = models.PositiveIntegerField(
+        default=0, help_text="Bumped by each validation request; a task for an older one stands down.")
 
     objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.problem_count} problems)"
+
+    @property
+    def validation_in_progress(self) -> bool:
+        return self.validation_status in (self.Validation.PENDING, self.Validation.RUNNING)
+
+
+class Problem(models.Model):
+    """One problem; `data` is the sandbox `Problem.to_dict()` (native JSON form)."""
+
+    problem_set = models.ForeignKey(ProblemSet, on_delete=models.CASCADE, related_name="problems")
+    position = models.PositiveIntegerField(help_text="0-based order in the uploaded file.")
+    problem_id = models.CharField(max_length=256, help_text="The id from the uploaded file.")
+    split = models.CharField(max_length=10, db_index=True)
+    kind = models.CharField(max_length=10)
+    tags = models.JSONField(default=list, blank=True)
+    data = models.JSONField()
+
+    class Meta:
+        ordering = ["problem_set", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["problem_set", "problem_id"], name="unique_problem_id_per_set"),
+        ]
+
+    def __str__(self) -> str:
+        return self.problem_id
+
+    def to_sandbox(self):
+        from sandbox.problems import Problem as SandboxProblem
+
+        return SandboxProblem.from_dict(self.data)
+
+
+class ProblemValidation(models.Model):
+    """The reference solution must pass and an empty solution must fail."""
+
+    problem = models.OneToOneField(Problem, on_delete=models.CASCADE, related_name="validation")
+    reference_passed = models.BooleanField(default=False)
+    empty_failed = models.BooleanField(default=False)
+    detail = models.TextField(blank=True)
+    reference_result = models.JSONField(null=True, blank=True, help_text="sandbox ExecutionResult.to_dict()")
+    empty_result = models.JSONField(null=True, blank=True, help_text="sandbox ExecutionResult.to_dict()")
+    finished = models.DateTimeField(auto_now=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.reference_passed and self.empty_failed

@@ -95,6 +95,12 @@ MEDIA_ROOT = DATA_DIR / "uploads"
 UPLOAD_MAX_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_MB", 50, maximum=4096) * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+# Stop reading an upload at the limit, for pages and the API alike (nothing big reaches disk).
+FILE_UPLOAD_HANDLERS = [
+    "webapp.problems.uploads.UploadLimitHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 REDIS_URL = env.redis_url(DATA_DIR)
 

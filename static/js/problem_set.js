@@ -1,0 +1,46 @@
+// Problem-set page: follow a pending/running validation (websocket, with polling as the fallback)
+// and reload once it has finished, so the per-problem verdicts appear without a manual refresh.
+(function () {
+  "use strict";
+  const card = document.getElementById("validation");
+  if (!card) return;
+  const id = Number(card.dataset.problemSet);
+  const active = (s) => s === "pending" || s === "running";
+  if (!active(card.dataset.status)) return;
+
+  const badge = card.querySelector("[data-validation-status]");
+  const summary = document.getElementById("validation-summary");
+  let finished = false;
+
+  function show(status) {
+    if (finished) return;
+    badge.textContent = status;
+    badge.className = "status status-" + status;
+    if (status === "running") summary.textContent = "running the reference and empty solutions…";
+    if (!active(status)) {
+      finished = true;
+      summary.textContent = "finished; loading the results…";
+      window.location.reload();
+    }
+  }
+
+  try {
+    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
+    socket.onmessage = (msg) => {
+      const data = JSON.parse(msg.data);
+      if (data.event === "validation" && data.problem_set === id) show(data.status);
+    };
+  } catch (err) { /* polling below still follows the job */ }
+
+  async function poll() {
+    if (finished) return;
+    try {
+      const response = await fetch("/api/problem-sets/" + id + "?results=false",
+                                   {credentials: "same-origin", headers: {Accept: "application/json"}});
+      if (response.ok) show((await response.json()).validation.status);
+    } catch (err) { /* network blip: try again */ }
+    if (!finished) window.setTimeout(poll, 2000);
+  }
+  window.setTimeout(poll, 2000);
+})();

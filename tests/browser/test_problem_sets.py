@@ -1,0 +1,43 @@
+"""A user uploads a problem set in the browser and watches its validation finish (real worker)."""
+import json
+
+from .conftest import login
+
+PROBLEMS = [
+    {"id": "add", "kind": "function", "prompt": "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n", "entry_point": "add",
+     "tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+     "reference_solution": "def add(a, b):\n    return a + b\n", "split": "train", "tags": ["math"]},
+    {"id": "echo-sum", "kind": "stdio", "prompt": "Read two integers and print their sum.",
+     "test_cases": [{"input": "1 2\n", "output": "3\n"}],
+     "reference_solution": "a, b = map(int, input().split())\nprint(a + b)\n", "split": "heldout"},
+    {"id": "vacuous", "kind": "function", "prompt": "def noop():\n    pass\n", "entry_point": "noop",
+     "tests": ["assert True"], "reference_solution": "def noop():\n    return None\n", "split": "heldout"},
+]
+
+
+def test_a_user_uploads_a_problem_set_and_sees_its_validation_finish(page, live_server_url, celery_worker, user,
+                                                                   output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/problem-sets/")
+    content = ("".join(json.dumps(p) + "\n" for p in PROBLEMS) + "{not json\n").encode()
+    page.fill("input[name=name]", "Browser set")
+    page.set_input_files("input[name=file]", files=[{"name": "browser.jsonl", "mimeType": "application/x-ndjson",
+                                                     "buffer": content}])
+    page.click("#upload-form button[type=submit]")
+    page.wait_for_url("**/problem-sets/*/")
+    assert page.locator("h1").inner_text() == "Browser set"
+    assert "3 problems" in page.locator(".messages").inner_text()
+    assert "invalid JSON" in page.locator("table.import-errors").inner_text()
+
+    # The page follows the job (websocket / polling) and reloads itself when it is done.
+    page.wait_for_selector("#validation[data-status=done]", timeout=120_000)
+    assert "2 problems ok, 1 failing" in page.locator("#validation").inner_text()
+    rows = page.locator("#problems tbody tr")
+    assert rows.count() == 3
+    assert "passes (bad)" in rows.nth(2).inner_text()
+    page.screenshot(path=str(output_dir / "problem-set-validated.png"), full_page=True)
+
+    page.click("text=add")
+    page.wait_for_url("**/problems/*/")
+    assert "Reference run" in page.content()
+    page.screenshot(path=str(output_dir / "problem-detail.png"), full_page=True)

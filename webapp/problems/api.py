@@ -1,0 +1,170 @@
+"""`/api/problem-sets`: upload, list, validation report, export, re-validate, delete (DESIGN.md "JSON API")."""
+from __future__ import annotations
+
+from django.http import HttpRequest, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from ninja import File, Form, Router, Schema
+from ninja.responses import Status
+from ninja.files import UploadedFile
+
+from . import services
+from .models import ProblemSet
+from .views import export_filename, export_lines
+
+router = Router(tags=["problem sets"])
+
+
+class LineError(Schema):
+    line: int
+    field: str | None
+    message: str
+
+
+class Created(Schema):
+    id: int
+    name: str
+    problems: int
+    format: str
+    errors: list[LineError]
+
+
+class Refused(Schema):
+    detail: str
+    errors: list[LineError] = []
+
+
+class Splits(Schema):
+    train: int
+    heldout: int
+
+
+class ValidationRow(Schema):
+    problem_id: str
+    reference_passed: bool
+    empty_failed: bool
+    detail: str
+
+
+class Validation(Schema):
+    status: str
+    passed: int
+    failed: int
+    error: str
+    results: list[ValidationRow]
+
+
+class Summary(Schema):
+    id: int
+    name: str
+    problems: int
+    format: str
+    created: str
+    owner: str
+    splits: Splits
+    validation: dict
+
+
+class Detail(Schema):
+    id: int
+    name: str
+    problems: int
+    format: str
+    created: str
+    owner: str
+    source_filename: str
+    splits: Splits
+    import_errors: list[LineError]
+    validation: Validation
+
+
+class Message(Schema):
+    detail: str
+
+
+def _user(request: HttpRequest):
+    return request.auth if hasattr(request.auth, "is_staff") else request.user
+
+
+def _visible(request: HttpRequest):
+    return ProblemSet.objects.visible_to(_user(request))
+
+
+def _summary(ps: ProblemSet) -> dict:
+    return {"id": ps.pk, "name": ps.name, "problems": ps.problem_count, "format": ps.format,
+            "created": ps.created.isoformat(), "owner": ps.owner.username,
+            "splits": {"train": ps.train_count, "heldout": ps.heldout_count},
+            "validation": {"status": ps.validation_status, "passed": ps.validation_passed,
+                           "failed": ps.validation_failed}}
+
+
+@router.post("", response={201: Created, 400: Refused}, summary="Upload a problem set",
+             description="Multipart `file` (.jsonl or .jsonl.gz), `name` (defaults to the file name) and "
+                         "`format` (auto, native, humaneval, mbpp, apps, codecontests). Bad lines are "
+                         "reported as {line, field, message} (1-based; 0 = the whole file) while the good "
+                         "problems are kept; a file with no good problem is refused with 400.")
+def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str] = "",
+           format: Form[str] = "auto"):
+    if getattr(request, "upload_too_large", False):
+        return Status(400, {"detail": f"upload refused: {services.too_large_message('the file')}", "errors": []})
+    if file is None:
+        return Status(400, {"detail": "no file: send the problems as the multipart field `file`", "errors": []})
+    problem_set, errors = services.create_problem_set(_user(request), name, file, format)
+    if problem_set is None:
+        first = errors[0] if errors else {"line": 0, "field": None, "message": "no problems"}
+        where = f"line {first['line']}: " if first["line"] else ""
+        field = f"{first['field']}: " if first["field"] else ""
+        reason = f"{where}{field}{first['message']}"
+        return Status(400, {"detail": f"upload refused, no problem could be imported ({reason})",
+                            "errors": errors})
+    return Status(201, {"id": problem_set.pk, "name": problem_set.name, "problems": problem_set.problem_count,
+                        "format": problem_set.format, "errors": errors})
+
+
+@router.get("", response=list[Summary], summary="The user's problem sets (staff: everyone's)")
+def list_sets(request: HttpRequest):
+    return [_summary(ps) for ps in _visible(request).select_related("owner")]
+
+
+@router.get("/{int:problem_set_id}", response=Detail, summary="A problem set and its validation report",
+            description="`results=false` leaves out the per-problem rows (for polling).")
+def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
+    ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
+    rows = []
+    if results:
+        for problem in ps.problems.select_related("validation").order_by("position"):
+            v = getattr(problem, "validation", None)
+            if v is not None:
+                rows.append({"problem_id": problem.problem_id, "reference_passed": v.reference_passed,
+                             "empty_failed": v.empty_failed, "detail": v.detail})
+    out = _summary(ps)
+    out.update(source_filename=ps.source_filename, import_errors=ps.import_errors,
+               validation={"status": ps.validation_status, "passed": ps.validation_passed,
+                           "failed": ps.validation_failed, "error": ps.validation_error, "results": rows})
+    return out
+
+
+@router.get("/{int:problem_set_id}/export", summary="The problems as native JSON Lines",
+            response={200: None}, openapi_extra={"responses": {200: {"content": {"application/x-ndjson": {}}}}})
+def export(request: HttpRequest, problem_set_id: int):
+    ps = get_object_or_404(_visible(request), pk=problem_set_id)
+    response = StreamingHttpResponse(export_lines(ps), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{export_filename(ps)}"'
+    return response
+
+
+@router.post("/{int:problem_set_id}/validate", response={202: Summary}, summary="Validate the set again")
+def revalidate(request: HttpRequest, problem_set_id: int):
+    ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
+    return Status(202, _summary(services.enqueue_validation(ps)))
+
+
+@router.delete("/{int:problem_set_id}", response={204: None, 409: Message},
+               summary="Delete a problem set (409 while a queued, running or cancelling run uses it)")
+def delete(request: HttpRequest, problem_set_id: int):
+    ps = get_object_or_404(_visible(request), pk=problem_set_id)
+    try:
+        services.delete_problem_set(ps)
+    except services.ProblemSetInUse as exc:
+        return Status(409, {"detail": str(exc)})
+    return Status(204, None)
+

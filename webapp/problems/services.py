@@ -1,0 +1,351 @@
+"""Problem-set workflows: import an upload, validate it on the sandbox queue, export, delete.
+
+Parsing is the sandbox importers' job (`sandbox.problems.load_problems_bytes`); execution is the
+sandbox runner's. This module only turns their plain results into rows and state changes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterable
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .models import Problem, ProblemSet, ProblemValidation
+
+log = logging.getLogger("crucible.problems")
+
+UPLOAD_FORMATS = ("auto", "native", "humaneval", "mbpp", "apps", "codecontests")
+ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
+STORED_STREAM_CHARS = 64 * 1024
+"""stdout/stderr kept per stored validation result (the page shows them; the sandbox caps at 1 MiB)."""
+EMPTY_SOLUTION = ""
+"""The "empty solution": a program that defines nothing, so tests that pass on it check nothing."""
+
+
+class ProblemSetInUse(Exception):
+    """Deleting a problem set that a queued, running or cancelling run still uses."""
+
+
+def _error(line: int, field: str | None, message: str) -> dict:
+    return {"line": line, "field": field, "message": message}
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def too_large_message(name: str, max_bytes: int | None = None) -> str:
+    max_bytes = settings.UPLOAD_MAX_BYTES if max_bytes is None else max_bytes
+    return (f"{name} is larger than the upload limit of {_mib(max_bytes)} (CRUCIBLE_UPLOAD_MAX_MB); "
+            "split it or compress it as .jsonl.gz")
+
+
+def read_upload(uploaded_file: IO[bytes], max_bytes: int | None = None) -> tuple[bytes | None, list[dict]]:
+    """The upload's bytes, or None and an error naming the size limit when it is too large."""
+    max_bytes = settings.UPLOAD_MAX_BYTES if max_bytes is None else max_bytes
+    name = getattr(uploaded_file, "name", None) or "upload"
+    size = getattr(uploaded_file, "size", None)
+    too_big = _error(0, "file", too_large_message(name, max_bytes))
+    if size is not None and size > max_bytes:
+        return None, [too_big]
+    if hasattr(uploaded_file, "seek"):
+        uploaded_file.seek(0)
+    data = uploaded_file.read(max_bytes + 1)  # `size` can lie for a file-like object; never trust it alone
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if len(data) > max_bytes:
+        return None, [too_big]
+    if not data:
+        return None, [_error(0, "file", f"{name} is empty")]
+    return data, []
+
+
+def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str = "auto", *,
+                       validate: bool = True) -> tuple[ProblemSet | None, list[dict]]:
+    """Import an uploaded `.jsonl` / `.jsonl.gz` file as a new problem set and queue its validation.
+
+    Returns `(problem_set, errors)`; `errors` are `{line, field, message}` with 1-based lines (0 = the
+    file as a whole). Good problems are kept when some lines are bad; a file with no good problem is
+    refused: `(None, errors)` and nothing is stored.
+    """
+    from sandbox.problems import load_problems_bytes
+
+    if format not in UPLOAD_FORMATS:
+        return None, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
+    filename = os.path.basename(getattr(uploaded_file, "name", None) or "upload.jsonl")
+    name = (name or "").strip() or _name_from_filename(filename)
+    if len(name) > 200:
+        return None, [_error(0, "name", f"is {len(name)} characters long; the limit is 200")]
+    data, errors = read_upload(uploaded_file)
+    if data is None:
+        return None, errors
+    result = load_problems_bytes(data, filename, format)
+    errors = [e.to_dict() for e in result.errors]
+    if not result.problems:
+        if not errors:
+            errors = [_error(0, None, f"{filename} has no problems")]
+        return None, errors
+    with transaction.atomic():
+        problem_set = ProblemSet.objects.create(owner=owner, name=name, format=result.format,
+                                                source_filename=filename[:255], import_errors=errors)
+        _store_problems(problem_set, result.problems)
+    if validate:
+        enqueue_validation(problem_set)
+    log.info("problem set %s: %d problems from %s (%d bad lines)", problem_set.pk,
+             problem_set.problem_count, filename, len(errors))
+    return problem_set, errors
+
+
+def _name_from_filename(filename: str) -> str:
+    stem = filename
+    for suffix in (".gz", ".jsonl", ".json"):
+        stem = stem.removesuffix(suffix)
+    return stem[:200] or "problems"
+
+
+def _store_problems(problem_set: ProblemSet, problems: Iterable) -> None:
+    """Replace the set's problems by `problems` (sandbox `Problem`s) and refresh its counts."""
+    problem_set.problems.all().delete()
+    rows = [Problem(problem_set=problem_set, position=i, problem_id=p.id, split=p.split, kind=p.kind,
+                    tags=list(p.tags), data=p.to_dict()) for i, p in enumerate(problems)]
+    Problem.objects.bulk_create(rows, batch_size=500)
+    problem_set.problem_count = len(rows)
+    problem_set.train_count = sum(1 for r in rows if r.split == "train")
+    problem_set.heldout_count = sum(1 for r in rows if r.split == "heldout")
+    problem_set.save(update_fields=["problem_count", "train_count", "heldout_count"])
+
+
+def replace_problems(problem_set: ProblemSet, problems: list, *, format: str | None = None,
+                     errors: list[dict] | None = None, validate: bool = True) -> ProblemSet:
+    """Refresh a set's problems in place (its id, and so the runs that point at it, stay)."""
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
+        if format:
+            locked.format = format
+        if errors is not None:
+            locked.import_errors = errors
+        locked.save(update_fields=["format", "import_errors"])
+        _store_problems(locked, problems)
+    if validate:
+        enqueue_validation(locked)
+    return locked
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def enqueue_validation(problem_set: ProblemSet) -> ProblemSet:
+    """Mark the set pending and queue `problems.validate` once this transaction commits.
+
+    Each request bumps `validation_generation`: a task started for an older request stops or
+    discards its results, so a re-validation during a running one never loses to it.
+    """
+    from . import tasks
+
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
+        locked.validation_generation += 1
+        locked.validation_status = ProblemSet.Validation.PENDING
+        locked.validation_error = ""
+        locked.validation_started = locked.validation_finished = None
+        locked.save(update_fields=["validation_generation", "validation_status", "validation_error",
+                                   "validation_started", "validation_finished"])
+        generation = locked.validation_generation
+        transaction.on_commit(lambda: tasks.validate.delay(locked.pk, generation))
+    problem_set.validation_generation = generation
+    problem_set.validation_status = locked.validation_status
+    return locked
+
+
+@dataclass
+class ProblemCheck:
+    """The verdicts on one problem: its reference must pass and an empty solution must fail."""
+
+    problem_id: str
+    reference_passed: bool
+    empty_failed: bool
+    detail: str
+    reference_result: dict | None
+    empty_result: dict | None
+
+
+def check_problems(problems: list) -> list[ProblemCheck]:
+    """Run each reference solution and an empty solution through the sandbox, in one batch."""
+    from sandbox.runner import Candidate, Runner
+
+    backend = getattr(settings, "SANDBOX_BACKEND", None) or os.environ.get("CRUCIBLE_SANDBOX_BACKEND", "process")
+    workers = getattr(settings, "SANDBOX_WORKERS", None) or max(1, min(4, os.cpu_count() or 1))
+    # Cold: a fresh sandbox per execution. Validation is the set's trust anchor, not a throughput
+    # path (the 105 demo problems take ~7 s on 2 workers), so it takes the most independent mode.
+    mode = getattr(settings, "SANDBOX_VALIDATION_MODE", "cold")
+    candidates, slots = [], []
+    for p in problems:
+        if p.reference_solution is not None:
+            slots.append((p.id, "reference"))
+            candidates.append(Candidate(problem_id=p.id, code=p.reference_solution))
+        slots.append((p.id, "empty"))
+        candidates.append(Candidate(problem_id=p.id, code=EMPTY_SOLUTION))
+    with Runner(backend=backend, workers=workers, mode=mode) as runner:
+        results = runner.run_batch(problems, candidates)
+    by_problem: dict[str, dict] = {}
+    for (problem_id, which), result in zip(slots, results):
+        by_problem.setdefault(problem_id, {})[which] = result
+    return [_verdict(p, by_problem[p.id].get("reference"), by_problem[p.id]["empty"]) for p in problems]
+
+
+def _verdict(problem, reference, empty) -> ProblemCheck:
+    notes = []
+    if reference is None:
+        notes.append("no reference_solution to check")
+    elif not reference.passed:
+        notes.append(f"reference solution: {_describe(reference)}")
+    if empty.passed:
+        notes.append("an empty solution passes every test: the tests check nothing")
+    return ProblemCheck(
+        problem_id=problem.id,
+        reference_passed=reference is not None and reference.passed,
+        empty_failed=not empty.passed,
+        detail="; ".join(notes) or f"ok: reference passed {reference.tests_passed}/{reference.tests_total} "
+                                   f"tests, empty solution {empty.status.value}",
+        reference_result=_stored(reference), empty_result=_stored(empty))
+
+
+def _describe(result) -> str:
+    text = f"{result.status.value} ({result.tests_passed}/{result.tests_total} tests passed)"
+    failing = next((t for t in result.tests if not t.passed), None)
+    if failing is not None and failing.error:
+        text += f"; {failing.name}: {failing.error[:300]}"
+    elif result.detail:
+        text += f"; {result.detail[:300]}"
+    return text
+
+
+def _stored(result) -> dict | None:
+    if result is None:
+        return None
+    d = result.to_dict()
+    for stream in ("stdout", "stderr"):
+        if len(d[stream]) > STORED_STREAM_CHARS:
+            d[stream] = d[stream][:STORED_STREAM_CHARS]
+            d[f"{stream}_truncated"] = True
+    return d
+
+
+def validate_problem_set(problem_set_id: int, generation: int | None = None, *,
+                         force: bool = False) -> ProblemSet | None:
+    """Do the validation of one set (the body of the `problems.validate` task); idempotent.
+
+    A set already `done`/`failed` for this generation is left alone unless `force`; a task for an
+    older generation does nothing. Returns the set, or None when it no longer exists.
+    """
+    with transaction.atomic():
+        ps = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
+        if ps is None:
+            return None
+        generation = ps.validation_generation if generation is None else generation
+        if generation != ps.validation_generation:
+            log.info("problem set %s: validation %s superseded by %s", ps.pk, generation, ps.validation_generation)
+            return ps
+        if ps.validation_status in (ProblemSet.Validation.DONE, ProblemSet.Validation.FAILED) and not force:
+            return ps  # a redelivered task: the work is done
+        ps.validation_status = ProblemSet.Validation.RUNNING
+        ps.validation_started, ps.validation_finished, ps.validation_error = timezone.now(), None, ""
+        ps.save(update_fields=["validation_status", "validation_started", "validation_finished",
+                               "validation_error"])
+    notify_validation(ps)
+
+    rows = list(ps.problems.order_by("position"))
+    try:
+        checks = check_problems([row.to_sandbox() for row in rows])
+    except Exception as exc:  # the sandbox is broken or missing: the set says why, the worker lives on
+        log.exception("problem set %s: validation failed", ps.pk)
+        return _finish(ps.pk, generation, error=f"{type(exc).__name__}: {exc}")
+    return _finish(ps.pk, generation, rows=rows, checks=checks)
+
+
+def _finish(problem_set_id: int, generation: int, *, rows=None, checks=None, error: str = "") -> ProblemSet | None:
+    with transaction.atomic():
+        ps = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
+        if ps is None or ps.validation_generation != generation:
+            return ps  # deleted, or re-validation requested meanwhile: that task writes the results
+        if error:
+            ps.validation_status = ProblemSet.Validation.FAILED
+            ps.validation_error = error
+        else:
+            ProblemValidation.objects.filter(problem__problem_set=ps).delete()
+            ProblemValidation.objects.bulk_create([
+                ProblemValidation(problem=row, reference_passed=c.reference_passed, empty_failed=c.empty_failed,
+                                  detail=c.detail, reference_result=c.reference_result, empty_result=c.empty_result)
+                for row, c in zip(rows, checks)], batch_size=200)
+            ps.validation_passed = sum(1 for c in checks if c.reference_passed and c.empty_failed)
+            ps.validation_failed = len(checks) - ps.validation_passed
+            ps.validation_status = ProblemSet.Validation.DONE
+        ps.validation_finished = timezone.now()
+        ps.save(update_fields=["validation_status", "validation_error", "validation_passed",
+                               "validation_failed", "validation_finished"])
+    notify_validation(ps)
+    return ps
+
+
+def notify_validation(ps: ProblemSet) -> None:
+    """Tell the owner's open pages (group `user-<id>`, /ws/notifications/) that the status changed."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    payload = {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
+               "passed": ps.validation_passed, "failed": ps.validation_failed}
+    try:
+        async_to_sync(get_channel_layer().group_send)(f"user-{ps.owner_id}", {"type": "notify", "payload": payload})
+    except Exception:  # a notification is a courtesy: pages also poll, and the rows are written
+        log.warning("problem set %s: could not send the validation notification", ps.pk, exc_info=True)
+
+
+# --- export and delete ------------------------------------------------------------------------
+
+
+def sandbox_problems(problem_set: ProblemSet) -> list:
+    """The set's problems as sandbox `Problem`s, in upload order."""
+    return [row.to_sandbox() for row in problem_set.problems.order_by("position")]
+
+
+def dump_problem_set(problem_set: ProblemSet, fileobj: IO) -> int:
+    """Write the set as native JSON Lines to a text or binary file object; returns the count."""
+    from sandbox.problems import dump_problems
+
+    return dump_problems(sandbox_problems(problem_set), fileobj)
+
+
+def write_problems_jsonl(problem_set: ProblemSet, path: str | os.PathLike) -> Path:
+    """Write the set as a native JSONL file at `path` (parents created); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        dump_problem_set(problem_set, f)
+    os.replace(tmp, path)  # readers never see half a file
+    return path
+
+
+def active_runs(problem_set: ProblemSet):
+    """Runs (queued, running or cancelling) that use the set; empty before runs know problem sets."""
+    runs = getattr(problem_set, "runs", None)
+    if runs is None:
+        return []
+    return list(runs.filter(status__in=ACTIVE_RUN_STATUSES))
+
+
+def delete_problem_set(problem_set: ProblemSet) -> None:
+    """Delete the set and its problems; raises ProblemSetInUse while an active run uses it."""
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
+        in_use = active_runs(locked)
+        if in_use:
+            names = ", ".join(f"#{r.pk} {r.name} ({r.status})" for r in in_use[:5])
+            raise ProblemSetInUse(f"problem set {locked.name!r} is used by {len(in_use)} active "
+                                  f"run(s): {names}; cancel them or wait until they finish")
+        locked.delete()

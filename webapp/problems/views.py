@@ -1,0 +1,169 @@
+"""Problem-set pages: list + upload, detail (validation, search), one problem, export, delete."""
+from __future__ import annotations
+
+import io
+import re
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from . import services
+from .forms import ProblemFilterForm, UploadForm
+from .models import Problem, ProblemSet
+from .uploads import UploadLimitHandler
+
+PAGE_SIZE = 50
+SHOWN_TEST_CASES = 20
+
+
+def visible_sets(request: HttpRequest):
+    return ProblemSet.objects.visible_to(request.user).select_related("owner")
+
+
+@csrf_exempt  # CSRF is checked below, after the size-limiting upload handler is in place
+@require_http_methods(["GET", "POST"])
+def problem_set_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        # Must precede the first read of request.POST/FILES (CsrfViewMiddleware would read them).
+        request.upload_handlers.insert(0, UploadLimitHandler(request, settings.UPLOAD_MAX_BYTES))
+    return _problem_set_list(request)
+
+
+@csrf_protect
+def _problem_set_list(request: HttpRequest) -> HttpResponse:
+    errors: list[dict] = []
+    status = 200
+    if request.method == "POST":
+        form = UploadForm(request.POST, request.FILES)
+        if getattr(request, "upload_too_large", False):
+            form.is_valid()
+            form.errors.pop("file", None)
+            errors = [{"line": 0, "field": "file", "message": services.too_large_message("the file")}]
+            status = 413
+        elif form.is_valid():
+            problem_set, errors = services.create_problem_set(
+                request.user, form.cleaned_data["name"], form.cleaned_data["file"], form.cleaned_data["format"])
+            if problem_set is not None:
+                note = f"Imported {problem_set.problem_count} problems (format {problem_set.format})."
+                if errors:
+                    messages.warning(request, f"{note} {len(errors)} lines were refused; they are listed below.")
+                else:
+                    messages.success(request, f"{note} Validation is queued.")
+                return redirect("problems:detail", problem_set.pk)
+            status = 400
+        else:
+            status = 400
+    else:
+        form = UploadForm()
+    return render(request, "problems/list.html", {
+        "form": form, "errors": errors, "problem_sets": visible_sets(request),
+        "upload_max_mb": settings.UPLOAD_MAX_BYTES / 2**20,
+    }, status=status)
+
+
+def filtered_problems(problem_set: ProblemSet, params) -> tuple[ProblemFilterForm, object]:
+    form = ProblemFilterForm(params)
+    problems = problem_set.problems.select_related("validation").order_by("position")
+    if form.is_valid():
+        q = form.cleaned_data["q"].strip()
+        if q:
+            problems = problems.filter(Q(problem_id__icontains=q) | Q(data__prompt__icontains=q)
+                                       | Q(tags__icontains=q))
+        if form.cleaned_data["split"]:
+            problems = problems.filter(split=form.cleaned_data["split"])
+        verdict = form.cleaned_data["verdict"]
+        if verdict == "passing":
+            problems = problems.filter(validation__reference_passed=True, validation__empty_failed=True)
+        elif verdict == "failing":
+            problems = problems.filter(Q(validation__reference_passed=False) | Q(validation__empty_failed=False))
+    return form, problems
+
+
+@require_GET
+def problem_set_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    form, problems = filtered_problems(problem_set, request.GET)
+    page = Paginator(problems, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "problems/detail.html", {
+        "ps": problem_set, "form": form, "page": page, "query": query.urlencode(),
+        "in_use": services.active_runs(problem_set),
+    })
+
+
+@require_GET
+def problem_detail(request: HttpRequest, pk: int, problem_pk: int) -> HttpResponse:
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    problem = get_object_or_404(Problem.objects.select_related("validation"), problem_set=problem_set, pk=problem_pk)
+    data = problem.data
+    validation = getattr(problem, "validation", None)
+    cases = data.get("test_cases") or []
+    return render(request, "problems/problem.html", {
+        "ps": problem_set, "problem": problem, "data": data, "validation": validation,
+        "reference_html": highlight_python(data.get("reference_solution") or ""),
+        "setup_html": highlight_python(data.get("setup") or ""),
+        "tests_html": highlight_python("\n".join(data.get("tests") or [])),
+        "test_cases": cases[:SHOWN_TEST_CASES], "more_test_cases": max(0, len(cases) - SHOWN_TEST_CASES),
+    })
+
+
+def highlight_python(code: str) -> SafeString:
+    """Server-side Pygments highlighting (inline styles: no stylesheet or CDN needed)."""
+    if not code:
+        return mark_safe("")
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    return mark_safe(highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style="monokai")))
+
+
+@require_GET
+def problem_set_export(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    response = StreamingHttpResponse(export_lines(problem_set), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{export_filename(problem_set)}"'
+    return response
+
+
+def export_lines(problem_set: ProblemSet):
+    """Native JSON Lines, one problem at a time (sets can be large)."""
+    from sandbox.problems import dump_problems
+
+    for row in problem_set.problems.order_by("position").iterator(chunk_size=500):
+        buf = io.StringIO()
+        dump_problems([row.to_sandbox()], buf)
+        yield buf.getvalue().encode("utf-8")
+
+
+def export_filename(problem_set: ProblemSet) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", problem_set.name).strip("-.")
+    return (stem or f"problem-set-{problem_set.pk}") + ".jsonl"
+
+
+@require_POST
+def problem_set_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    try:
+        services.delete_problem_set(problem_set)
+    except services.ProblemSetInUse as exc:
+        messages.error(request, f"Not deleted: {exc}.")
+        return redirect("problems:detail", pk)
+    messages.success(request, f"Deleted problem set {problem_set.name!r}.")
+    return redirect("problems:list")
+
+
+@require_POST
+def problem_set_validate(request: HttpRequest, pk: int) -> HttpResponse:
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    services.enqueue_validation(problem_set)
+    messages.success(request, "Validation queued.")
+    return redirect("problems:detail", pk)
