@@ -1,0 +1,271 @@
+"""Run config: validation messages, YAML round trip, overrides, JSON schema."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from training.config import (
+    ADVANTAGE_ESTIMATORS,
+    DEFAULT_COMPLETION_STOP,
+    SECTIONS,
+    ConfigError,
+    LoraConfig,
+    PPOConfig,
+    RunConfig,
+    SamplingConfig,
+    ScheduleConfig,
+    apply_overrides,
+    config_from_dict,
+    config_to_dict,
+    field_docs,
+    json_schema,
+    load_config,
+    save_config,
+)
+
+# (config dict, dotted field the error must name, words the message must contain)
+INVALID = [
+    ({"ppo": {"kl_coef": -0.1}}, "ppo.kl_coef", ">= 0"),
+    ({"ppo": {"kl_coef": 2}}, "ppo.kl_coef", "recommended range 0.01-0.1"),
+    ({"ppo": {"kl_estimator": "k4"}}, "ppo.kl_estimator", "k1, k2, k3"),
+    ({"ppo": {"clip_range": 3}}, "ppo.clip_range", "< 1.0"),
+    ({"ppo": {"clip_range": 0}}, "ppo.clip_range", "> 0"),
+    ({"ppo": {"clip_range": 0.2, "clip_range_high": 0.15}}, "ppo.clip_range_high", "greater than clip_range"),
+    ({"ppo": {"dual_clip": 0.5}}, "ppo.dual_clip", "> 1"),
+    ({"ppo": {"advantage": "grp"}}, "ppo.advantage", "did you mean 'grpo'"),
+    ({"ppo": {"loss_aggregation": "sum"}}, "ppo.loss_aggregation", "token_mean, seq_mean"),
+    ({"ppo": {"learning_rate": 0}}, "ppo.learning_rate", "> 0"),
+    ({"ppo": {"learning_rate": "fast"}}, "ppo.learning_rate", "must be a number"),
+    ({"ppo": {"epochs_per_batch": 0}}, "ppo.epochs_per_batch", ">= 1"),
+    ({"ppo": {"micro_batch_size": 0}}, "ppo.micro_batch_size", ">= 1"),
+    ({"ppo": {"minibatch_size": 1000}}, "ppo.minibatch_size", "only has 128 candidates"),
+    ({"ppo": {"max_grad_norm": -1}}, "ppo.max_grad_norm", "> 0"),
+    ({"ppo": {"clip_rnge": 0.1}}, "ppo.clip_rnge", "did you mean 'clip_range'"),
+    ({"sampling": {"candidates_per_problem": 1}}, "sampling.candidates_per_problem", "no baseline"),
+    ({"sampling": {"problems_per_step": 0}}, "sampling.problems_per_step", ">= 1"),
+    ({"sampling": {"max_new_tokens": 0}}, "sampling.max_new_tokens", ">= 1"),
+    ({"sampling": {"temperature": -1}}, "sampling.temperature", ">= 0"),
+    ({"sampling": {"top_p": 0}}, "sampling.top_p", "> 0"),
+    ({"sampling": {"top_p": 1.5}}, "sampling.top_p", "<= 1"),
+    ({"sampling": {"top_k": -1}}, "sampling.top_k", ">= 0"),
+    ({"sampling": {"prompt_style": "instruct"}}, "sampling.prompt_style", "completion, chat"),
+    ({"sampling": {"stop": "\n\n"}}, "sampling.stop", "list of strings"),
+    ({"sampling": {"stop": ["ok", ""]}}, "sampling.stop", "empty string"),
+    ({"sampling": {"stop": [1]}}, "sampling.stop", "list of strings"),
+    ({"model": {"dtype": "float64"}}, "model.dtype", "float32, bfloat16, float16, auto"),
+    ({"model": {"name_or_path": " "}}, "model.name_or_path", "must not be empty"),
+    ({"model": {"lora": {"r": 0}}}, "model.lora.r", ">= 1"),
+    ({"model": {"lora": {"dropout": 1.0}}}, "model.lora.dropout", "< 1.0"),
+    ({"model": {"lora": {"target_modules": []}}}, "model.lora.target_modules", "empty"),
+    ({"model": {"lora": 3}}, "model.lora", "mapping"),
+    ({"model": {"gradient_checkpointing": "yes"}}, "model.gradient_checkpointing", "true or false"),
+    ({"reward": {"weights": {"pass_rate": -0.1}}}, "reward.weights.pass_rate", ">= 0"),
+    ({"reward": {"weights": {"pass_rate": 0, "syntax": 0, "efficiency": 0, "conciseness": 0, "format": 0}}},
+     "reward.weights", "all zero"),
+    ({"reward": {"weights": {"speed": 1}}}, "reward.weights.speed", "valid keys"),
+    ({"reward": {"repeats": 0}}, "reward.repeats", ">= 1"),
+    ({"reward": {"clip": 0}}, "reward.clip", "> 0"),
+    ({"schedule": {"warmup": "linear"}}, "schedule.warmup", "none, stable_then_fast"),
+    ({"schedule": {"warmup_steps": -1}}, "schedule.warmup_steps", ">= 0"),
+    ({"schedule": {"kl_start_factor": 0.5}}, "schedule.kl_start_factor", ">= 1.0"),
+    ({"train": {"steps": 0}}, "train.steps", ">= 1"),
+    ({"train": {"steps": True}}, "train.steps", "integer"),
+    ({"train": {"steps": 2.5}}, "train.steps", "integer"),
+    ({"train": {"eval_samples": 0}}, "train.eval_samples", ">= 1"),
+    ({"train": {"seed": -1}}, "train.seed", ">= 0"),
+    ({"sandbox": {"workers": 0}}, "sandbox.workers", ">= 1"),
+    ({"sandbox": {"timeout_s": 0}}, "sandbox.timeout_s", "> 0"),
+    ({"sandbox": {"memory_mb": 1}}, "sandbox.memory_mb", ">= 16"),
+    ({"sandbox": {"mode": "hot"}}, "sandbox.mode", "warm, cold"),
+    ({"problems": ""}, "problems", "must not be empty"),
+    ({"optimizer": {}}, "optimizer", "valid keys: model, problems"),
+    ({"ppo": [1, 2]}, "ppo", "mapping"),
+]
+
+
+@pytest.mark.parametrize("data,field,words", INVALID, ids=[f for _, f, _ in INVALID])
+def test_every_invalid_config_is_rejected_with_a_message_naming_the_field(data, field, words):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert info.value.field == field
+    assert str(info.value).startswith(field + ":")
+    assert words in str(info.value)
+
+
+def test_defaults_match_the_documented_values():
+    cfg = RunConfig()
+    assert cfg.sampling.candidates_per_problem == 8
+    assert cfg.sampling.top_k == 0
+    assert (cfg.ppo.kl_coef, cfg.ppo.kl_estimator, cfg.ppo.clip_range) == (0.04, "k3", 0.2)
+    assert cfg.reward.weights.as_dict() == {"pass_rate": 0.6, "syntax": 0.15, "efficiency": 0.1,
+                                            "conciseness": 0.05, "format": 0.1}
+    assert cfg.ppo.advantage in ADVANTAGE_ESTIMATORS
+
+
+def test_the_design_example_yaml_loads(tmp_path):
+    text = """
+model:
+  name_or_path: var/models/tiny
+  dtype: float32
+  lora: {r: 8, alpha: 16, dropout: 0.0, target_modules: all-linear}
+problems: data/demo/problems.jsonl
+sampling: {problems_per_step: 16, candidates_per_problem: 8, max_new_tokens: 128,
+           temperature: 1.0, top_p: 1.0, top_k: 0, prompt_style: completion,
+           stop: ["\\ndef ", "\\nclass ", "\\nif __name__", "\\nprint(", "\\n#"]}
+reward:
+  weights: {pass_rate: 0.6, syntax: 0.15, efficiency: 0.1, conciseness: 0.05, format: 0.1}
+ppo: {learning_rate: 2.0e-6, kl_coef: 0.04, kl_estimator: k3, clip_range: 0.2,
+      clip_range_high: null, epochs_per_batch: 1, minibatch_size: null, micro_batch_size: 32,
+      max_grad_norm: 1.0, advantage: grpo, loss_aggregation: token_mean}
+train: {steps: 60, seed: 0, eval_every: 10, eval_samples: 8, checkpoint_every: 20}
+sandbox: {backend: process, workers: 2, timeout_s: null, memory_mb: null}
+"""
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    cfg = load_config(path)
+    assert cfg.sampling.stop == DEFAULT_COMPLETION_STOP
+    assert cfg.model.lora == LoraConfig()
+    assert cfg.ppo.learning_rate == 2e-6
+
+
+def test_a_yaml_round_trip_gives_an_equal_config(tmp_path):
+    cfg = config_from_dict({"model": {"lora": None, "dtype": "bfloat16"},
+                            "sampling": {"stop": ["\n\n"], "prompt_style": "chat", "top_k": 20},
+                            "ppo": {"clip_range_high": 0.28, "advantage": "rloo", "minibatch_size": 32},
+                            "schedule": {"warmup": "stable_then_fast", "kl_warmup_steps": 4}})
+    path = tmp_path / "saved.yaml"
+    save_config(cfg, path)
+    assert load_config(path) == cfg
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+
+
+def test_numbers_written_without_a_dot_are_read_as_numbers(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("ppo:\n  learning_rate: 1e-5\n")  # PyYAML reads this as the string "1e-5"
+    assert load_config(path).ppo.learning_rate == 1e-5
+
+
+def test_stop_defaults_depend_on_the_prompt_style():
+    assert SamplingConfig().stop_strings == DEFAULT_COMPLETION_STOP
+    assert SamplingConfig(prompt_style="chat").stop_strings == ()
+    assert SamplingConfig(prompt_style="chat", stop=["```"]).stop_strings == ("```",)
+    # null stays null so that a later change of prompt_style still gets the right default
+    assert config_to_dict(RunConfig())["sampling"]["stop"] is None
+
+
+def test_overrides_set_nested_values_parsed_as_yaml():
+    data = apply_overrides({"ppo": {"clip_range": 0.1}}, [
+        "ppo.learning_rate=1e-5", "model.lora=null", 'sampling.stop=["\\n\\n"]', "train.steps=3"])
+    cfg = config_from_dict(data)
+    assert cfg.ppo.learning_rate == 1e-5 and cfg.ppo.clip_range == 0.1
+    assert cfg.model.lora is None
+    assert cfg.sampling.stop == ("\n\n",)
+    assert cfg.train.steps == 3
+
+
+def test_an_override_through_a_null_section_recreates_it():
+    data = apply_overrides({"model": {"lora": None}}, ["model.lora.r=16"])
+    assert config_from_dict(data).model.lora == LoraConfig(r=16)
+
+
+def test_an_override_without_equals_sign_is_rejected():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        apply_overrides({}, ["ppo.learning_rate"])
+
+
+def test_an_override_of_an_unknown_key_names_it():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(apply_overrides({}, ["ppo.lr=1"]))
+    assert info.value.field == "ppo.lr"
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_broken_yaml_reports_the_line(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("ppo:\n  clip_range: 0.2\n bad: [\n")
+    with pytest.raises(ConfigError, match="line 3"):
+        load_config(path)
+
+
+def test_the_schema_contains_every_field_with_type_default_and_description():
+    schema = json_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+    def walk(cls, node, path):
+        props = node["properties"]
+        assert set(props) == {f.name for f in dataclasses.fields(cls)}, path
+        assert node["additionalProperties"] is False
+        for f in dataclasses.fields(cls):
+            prop = props[f.name]
+            assert prop["description"], f"{path}.{f.name} has no description"
+            assert prop["description"] == field_docs()[cls.__name__][f.name]
+            assert "default" in prop and ("type" in prop or "anyOf" in prop)
+            sub = prop if prop.get("type") == "object" else next(
+                (b for b in prop.get("anyOf", []) if b.get("type") == "object"), None)
+            if sub is not None:
+                walk(type(f.default_factory()) if f.default_factory is not dataclasses.MISSING else None,
+                     sub, f"{path}.{f.name}")
+
+    walk(RunConfig, schema, "")
+    ppo = schema["properties"]["ppo"]["properties"]
+    assert ppo["advantage"]["enum"] == list(ADVANTAGE_ESTIMATORS)
+    assert ppo["clip_range"]["exclusiveMaximum"] == 1.0 and ppo["clip_range"]["default"] == 0.2
+    assert ppo["kl_coef"]["x-recommended"] == {"minimum": 0.01, "maximum": 0.1}
+    assert ppo["clip_range_high"]["type"] == ["number", "null"]
+    assert schema["properties"]["sampling"]["properties"]["stop"]["anyOf"][1] == {"type": "null"}
+
+
+def test_schema_defaults_build_the_default_config():
+    schema = json_schema()
+
+    def defaults(node):
+        return {k: v["default"] for k, v in node["properties"].items()}
+
+    assert config_from_dict(defaults(schema)) == RunConfig()
+    json.dumps(schema)  # serialisable as is
+
+
+def test_every_section_field_has_a_docstring():
+    docs = field_docs()
+    for cls in SECTIONS:
+        missing = [f.name for f in dataclasses.fields(cls) if not docs.get(cls.__name__, {}).get(f.name)]
+        assert not missing, f"{cls.__name__} fields without docstring: {missing}"
+
+
+def test_sections_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PPOConfig().clip_range = 0.3
+
+
+def test_stable_then_fast_warms_up_lr_and_eases_kl():
+    s = ScheduleConfig(warmup="stable_then_fast", warmup_steps=4, lr_start_factor=0.2, kl_start_factor=3.0)
+    assert [round(s.lr_factor(i, 10), 3) for i in range(6)] == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0]
+    assert [round(s.kl_factor(i), 3) for i in range(6)] == [3.0, 2.5, 2.0, 1.5, 1.0, 1.0]
+    none = ScheduleConfig()
+    assert none.lr_factor(0, 10) == 1.0 and none.kl_factor(0) == 1.0
+
+
+def test_lr_decay_reaches_the_minimum_at_the_last_step():
+    for decay in ("linear", "cosine"):
+        s = ScheduleConfig(lr_decay=decay, min_lr_factor=0.1)
+        assert s.lr_factor(0, 11) == pytest.approx(1.0)
+        assert s.lr_factor(10, 11) == pytest.approx(0.1)
+        assert 0.1 < s.lr_factor(5, 11) < 1.0
+
+
+def test_importing_the_config_does_not_import_torch():
+    code = "import sys, training.config; assert 'torch' not in sys.modules and 'django' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_yaml_dump_of_defaults_is_plain():
+    text = yaml.safe_dump(config_to_dict(RunConfig()))
+    assert "!!python" not in text

@@ -1,0 +1,134 @@
+"""pass@k estimator, evaluate() aggregation, and the demo problem set."""
+
+import itertools
+import json
+import runpy
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from training.config import SamplingConfig
+from training.evaluation import default_ks, evaluate, pass_at_k
+
+DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "problems.jsonl"
+
+
+def brute_force_pass_at_k(n, c, k):
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_pass_at_k_equals_the_brute_force_probability(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(n, c, k), abs=1e-12)
+
+
+def test_pass_at_1_is_the_fraction_correct():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 2, 5)
+
+
+def test_default_ks_are_powers_of_two_and_n():
+    assert default_ks(8) == [1, 2, 4, 8]
+    assert default_ks(6) == [1, 2, 4, 6]
+    assert default_ks(1) == [1]
+
+
+@dataclass
+class Problem:
+    id: str
+    prompt: str
+    kind: str = "function"
+    entry_point: str = "f"
+    split: str = "heldout"
+
+
+@dataclass
+class Result:
+    status: str
+    tests_passed: int
+    tests_total: int = 2
+
+
+class ScriptedRunner:
+    """Passes every candidate of the problems in ``passing``; records what it was asked to run."""
+
+    def __init__(self, passing):
+        self.passing = passing
+        self.seen = []
+
+    def run_batch(self, problems, candidates):
+        self.seen += candidates
+        return [Result("passed", 2) if c.problem_id in self.passing else Result("failed", 1) for c in candidates]
+
+
+def test_evaluate_averages_pass_at_k_over_problems(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model.train()
+    problems = [Problem("a", "def f(x):\n"), Problem("b", "def g(y):\n"), Problem("c", "x = ")]
+    runner = ScriptedRunner({"a"})
+    report = evaluate(model, tok, problems, SamplingConfig(max_new_tokens=4), samples=3, ks=[1, 3], runner=runner,
+                      prompts_per_batch=2)
+    assert report["pass@1"] == pytest.approx(1 / 3)
+    assert report["pass@k"] == {"3": pytest.approx(1 / 3)}
+    assert report["per_problem"]["a"] == {"n": 3, "c": 3, "pass@1": 1.0}
+    assert report["per_problem"]["b"]["c"] == 0
+    assert report["mean_test_pass_rate"] == pytest.approx((3 * 1.0 + 6 * 0.5) / 9)
+    assert len(runner.seen) == 9 and all(c.completion is not None for c in runner.seen)
+    assert model.training  # mode restored
+
+
+def test_evaluate_rejects_k_above_samples(tiny_model_dir):
+    with pytest.raises(ValueError, match="1..samples"):
+        evaluate(None, None, [Problem("a", "x")], SamplingConfig(), samples=2, ks=[4], runner=None)
+
+
+def test_the_demo_set_has_train_and_heldout_problems_of_the_documented_shape():
+    rows = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    assert len(rows) >= 100
+    splits = [r["split"] for r in rows]
+    assert 75 <= splits.count("train") <= 90 and 20 <= splits.count("heldout") <= 25
+    assert len({r["id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert 3 <= len(r["tests"]) <= 5
+        assert r["reference_solution"].startswith(r["prompt"]) and r["prompt"].endswith('"""\n')
+        assert len(r["reference_solution"][len(r["prompt"]):].strip().splitlines()) <= 3
+
+
+def test_heldout_problems_are_new_combinations_of_trained_parts():
+    rows = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    train_tags = {t for r in rows if r["split"] == "train" for t in r["tags"]}
+    train_bodies = {r["reference_solution"][len(r["prompt"]):] for r in rows if r["split"] == "train"}
+    for r in rows:
+        if r["split"] == "heldout":
+            assert set(r["tags"]) <= train_tags, r["id"]
+            assert r["reference_solution"][len(r["prompt"]):] not in train_bodies, r["id"]
+
+
+def test_the_demo_file_is_what_the_generator_writes():
+    generator = runpy.run_path(str(DEMO.with_name("make_problems.py")))  # defines build(), writes nothing
+    generated = {p["id"]: p for p in generator["build"]()}
+    stored = {json.loads(line)["id"]: json.loads(line) for line in DEMO.read_text().splitlines()}
+    assert generated == stored
+
+
+def test_every_demo_reference_passes_and_every_empty_body_fails_in_the_sandbox():
+    proc = subprocess.run([sys.executable, "-m", "sandbox", "check", str(DEMO)], capture_output=True, text=True,
+                          cwd=DEMO.parents[2], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) >= 100 and all(r["reference_passed"] and r["empty_failed"] for r in rows)

@@ -1,0 +1,117 @@
+"""The tiny demo model: Qwen3 architecture, Qwen-style tokenizer, warm start on right and wrong bodies."""
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from training.local_runner import SubprocessRunner
+from training.tiny_model import build_tiny_model, corruptions, load_problem_file, warmup_examples
+
+PROBLEMS = [
+    {"id": "sum-even", "kind": "function", "entry_point": "sum_even",
+     "prompt": 'def sum_even(nums):\n    """Return the sum of the even numbers in nums."""\n',
+     "tests": ["assert sum_even([1, 2, 3, 4]) == 6", "assert sum_even([]) == 0", "assert sum_even([5]) == 0"],
+     "reference_solution": 'def sum_even(nums):\n    """Return the sum of the even numbers in nums."""\n'
+                           "    return sum(x for x in nums if x % 2 == 0)\n", "split": "train"},
+    {"id": "sub", "kind": "function", "entry_point": "sub", "prompt": 'def sub(a, b):\n    """Return a minus b."""\n',
+     "tests": ["assert sub(3, 5) == -2", "assert sub(7, -2) == 9", "assert sub(0, 4) == -4"],
+     "reference_solution": 'def sub(a, b):\n    """Return a minus b."""\n    return a - b\n', "split": "train"},
+    {"id": "upper-rev", "kind": "function", "entry_point": "upper_rev",
+     "prompt": 'def upper_rev(s):\n    """Return s reversed, then upper case."""\n',
+     "tests": ["assert upper_rev('ab') == 'BA'", "assert upper_rev('') == ''", "assert upper_rev('xY') == 'YX'"],
+     "reference_solution": 'def upper_rev(s):\n    """Return s reversed, then upper case."""\n'
+                           "    return s[::-1].upper()\n", "split": "heldout"},
+]
+
+
+@pytest.fixture
+def problem_file(tmp_path):
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    return path
+
+
+def test_it_builds_a_qwen3_model_of_about_a_million_parameters(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert 500_000 <= sum(p.numel() for p in model.parameters()) <= 2_000_000
+    info = json.loads((tiny_model_dir / "crucible_tiny.json").read_text())
+    assert info["parameters"] == sum(p.numel() for p in model.parameters())
+
+
+def test_the_tokenizer_loads_as_qwen2_with_qwen_special_tokens_and_chat_template(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert type(tok).__name__ in ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        assert tok.convert_tokens_to_ids(special) != tok.unk_token_id
+        assert len(tok(special, add_special_tokens=False)["input_ids"]) == 1
+    assert tok.eos_token == "<|endoftext|>" and tok.pad_token == "<|endoftext|>"
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_tokenizer_is_byte_level_and_lossless(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for text in ["def f(x):\n    return x ** 2  # carré ✓\n", "\t\n\n  ", "print('日本')"]:
+        assert tok.decode(tok(text)["input_ids"]) == text
+
+
+def test_the_pre_tokenizer_splits_numbers_into_single_digits_like_qwen(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ids = tok("12345", add_special_tokens=False)["input_ids"]
+    assert [tok.decode([i]) for i in ids] == list("12345")
+
+
+def test_the_generation_config_stops_at_either_end_token(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert set(model.generation_config.eos_token_id) == {tok.convert_tokens_to_ids("<|endoftext|>"),
+                                                         tok.convert_tokens_to_ids("<|im_end|>")}
+    assert model.generation_config.top_k == 0
+
+
+def test_corruptions_are_plausible_single_edits():
+    variants = corruptions("    return sum(x for x in nums if x % 2 == 0)\n")
+    assert "    return sum(x for x in nums if x % 2 == 1)\n" in variants
+    assert "    return max(x for x in nums if x % 2 == 0)\n" in variants
+    assert "    return sum(x for x in nums)\n" in variants  # dropped filter
+    assert "    return b - a\n" in corruptions("    return a - b\n")  # swapped arguments
+    assert all(v != "    return a - b\n" for v in corruptions("    return a - b\n"))
+
+
+def test_warmup_examples_mix_right_bodies_with_wrong_ones_that_really_fail(problem_file):
+    problems = load_problem_file(problem_file)
+    examples, stats = warmup_examples(problems, SubprocessRunner(), correct_copies=2, wrong_per_problem=3)
+    by_prompt = {}
+    for prompt, body in examples:
+        by_prompt.setdefault(prompt, []).append(body)
+    assert len(by_prompt) == 2  # the heldout problem is never trained on
+    sub = by_prompt[PROBLEMS[1]["prompt"]]
+    assert sub.count("    return a - b\n") == 2
+    wrong = [b for b in sub if b != "    return a - b\n"]
+    assert 1 <= len(wrong) <= 3
+    for body in wrong:
+        ns = {}
+        exec(PROBLEMS[1]["prompt"] + body, ns)
+        with pytest.raises(AssertionError):
+            for t in PROBLEMS[1]["tests"]:
+                exec(t, ns)
+    assert stats["problems"] == 2 and stats["variants_failing"] <= stats["variants_tried"]
+
+
+def test_a_short_warm_start_lowers_the_loss_and_saves_a_loadable_model(problem_file, tmp_path):
+    out = build_tiny_model(tmp_path / "warm", warmup_problems=problem_file, warmup_steps=25,
+                           runner=SubprocessRunner())
+    info = json.loads((out / "crucible_tiny.json").read_text())
+    assert info["warmup"]["steps"] == 25 and info["warmup"]["problems"] == 2
+    assert info["warmup"]["loss_last"] < info["warmup"]["loss_first"]
+    AutoModelForCausalLM.from_pretrained(out)
+    AutoTokenizer.from_pretrained(out)
+
+
+def test_a_problem_file_with_errors_is_reported_with_line_and_field(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(PROBLEMS[0]) + "\n" + json.dumps({"id": "x", "kind": "function"}) + "\n")
+    with pytest.raises(ValueError, match=r"line 2, field entry_point"):
+        load_problem_file(path)

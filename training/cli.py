@@ -1,0 +1,262 @@
+"""``python -m training {run,eval,tiny-model,schema}``.
+
+Bad input (a config value, a missing model path, a problem file with errors) is reported as one line
+``error: ...`` on stderr with exit status 2 and no traceback. Heavy imports (torch, transformers)
+happen inside the commands, so ``schema`` and ``--help`` are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from training.config import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except (UsageError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m training",
+                                description="Crucible: RL on code LLMs with execution rewards.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train: sample -> sandbox -> reward -> PPO, events to RUN_DIR/events.jsonl")
+    run.add_argument("--config", type=Path, help="run config YAML (optional with --resume: RUN_DIR/config.yaml)")
+    run.add_argument("--out", type=Path, required=True, help="run directory (events.jsonl, checkpoints/)")
+    run.add_argument("--resume", action="store_true", help="continue from the run directory's last checkpoint")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. --set ppo.learning_rate=1e-5 (repeatable; YAML values)")
+    run.add_argument("--stop-file", type=Path, help="stop cooperatively when this file appears (default RUN_DIR/STOP)")
+    run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    run.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    run.set_defaults(func=cmd_run)
+
+    ev = sub.add_parser("eval", help="pass@k of a model (optionally + LoRA adapter) on a problem split")
+    ev.add_argument("--model", required=True, help="hub id or local model directory")
+    ev.add_argument("--adapter", help="PEFT adapter directory to apply on top of --model")
+    ev.add_argument("--problems", type=Path, required=True, help="problem file (any importable format)")
+    ev.add_argument("--split", default="heldout", choices=("heldout", "train", "all"))
+    ev.add_argument("--samples", type=int, default=8, help="completions per problem (n of pass@k)")
+    ev.add_argument("--k", default=None, help="comma-separated k values, each <= samples (default 1,2,4,..)")
+    ev.add_argument("--config", type=Path, help="take sampling settings from this run config")
+    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value (sampling.*, sandbox.*, model.dtype)")
+    ev.add_argument("--seed", type=int, default=0, help="sampling seed")
+    ev.add_argument("--per-problem", action="store_true", help="include per-problem counts in the output")
+    ev.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ev.set_defaults(func=cmd_eval)
+
+    tiny = sub.add_parser("tiny-model", help="build the ~1M-parameter Qwen3-architecture demo model offline")
+    tiny.add_argument("--out", type=Path, required=True, help="output directory (Hugging Face format)")
+    tiny.add_argument("--warmup-problems", type=Path, help="warm-start on this problem file's train split")
+    tiny.add_argument("--warmup-steps", type=int, default=200, help="supervised warm-up steps (default 200)")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--threads", type=int, default=1,
+                      help="torch CPU threads (default 1: fastest on a small, shared CPU)")
+    tiny.add_argument("--measure", type=int, default=0, metavar="N",
+                      help="afterwards, sample N completions per problem and print train/heldout pass@1")
+    tiny.set_defaults(func=cmd_tiny_model)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of the run config")
+    schema.set_defaults(func=cmd_schema)
+    return p
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _set_threads(n: int | None) -> None:
+    if n is not None:
+        if n < 1:
+            raise UsageError(f"--threads must be >= 1, got {n}")
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def check_model_path(name_or_path: str) -> None:
+    """A local-looking path must exist; ``org/name`` (one slash, no leading ./ or /) may be a hub id."""
+    if Path(name_or_path).expanduser().exists():
+        return
+    looks_local = (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1
+                   or os.sep != "/" and os.sep in name_or_path)
+    if looks_local:
+        hint = " (build the demo model with: python -m training tiny-model --out DIR --warmup-problems " \
+               "data/demo/problems.jsonl)" if "tiny" in name_or_path else ""
+        raise UsageError(f"model.name_or_path: model path not found: {name_or_path}{hint}")
+
+
+def load_problems_or_fail(path: str | Path) -> list[Any]:
+    from training.tiny_model import load_problem_file
+
+    try:
+        return load_problem_file(path)
+    except FileNotFoundError:
+        raise UsageError(f"problems: problem file not found: {path}") from None
+    except ValueError as e:  # names the line and the field
+        raise UsageError(f"problems: {e}") from None
+    except OSError as e:
+        raise UsageError(f"problems: cannot read {path}: {e.strerror or e}") from None
+
+
+def _config_for_run(args: argparse.Namespace) -> Any:
+    from training.config import load_config
+
+    path = args.config
+    if path is None:
+        if not args.resume:
+            raise UsageError("--config is required (it may only be left out with --resume)")
+        path = args.out / "config.yaml"
+        if not path.exists():
+            raise UsageError(f"--resume without --config needs {path}; pass --config")
+    return load_config(path, args.overrides)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from training.config import save_config
+
+    cfg = _config_for_run(args)
+    check_model_path(cfg.model.name_or_path)
+    load_problems_or_fail(cfg.problems)
+    if args.resume and not args.out.exists():
+        raise UsageError(f"--resume: run directory not found: {args.out}")
+    _set_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, args.out / "config.yaml")
+
+    from training.trainer import train
+
+    status = train(cfg, args.out, resume=args.resume, stop_file=args.stop_file, progress=not args.no_progress)
+    print(json.dumps({"status": status, "out": str(args.out)}))
+    return 0 if status in ("succeeded", "cancelled") else 1
+
+
+def _parse_ks(text: str | None, samples: int) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        ks = sorted({int(k) for k in text.split(",") if k.strip()})
+    except ValueError:
+        raise UsageError(f"--k must be comma-separated integers such as 1,4; got {text!r}") from None
+    bad = [k for k in ks if not 1 <= k <= samples]
+    if not ks or bad:
+        raise UsageError(f"--k values must be between 1 and --samples ({samples}); got {text!r}")
+    return ks
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from training.config import config_from_dict, apply_overrides, load_config
+
+    if args.samples < 1:
+        raise UsageError(f"--samples must be >= 1, got {args.samples}")
+    ks = _parse_ks(args.k, args.samples)
+    cfg = load_config(args.config, args.overrides) if args.config else config_from_dict(
+        apply_overrides({}, args.overrides))
+    check_model_path(args.model)
+    if args.adapter and not Path(args.adapter).is_dir():
+        raise UsageError(f"--adapter: adapter directory not found: {args.adapter}")
+    problems = load_problems_or_fail(args.problems)
+    if args.split != "all":
+        problems = [p for p in problems if p.split == args.split]
+    if not problems:
+        raise UsageError(f"--split {args.split}: {args.problems} has no problems in that split")
+    _set_threads(args.threads)
+
+    from training.evaluation import evaluate
+    from training.local_runner import make_runner
+
+    model, tokenizer = load_model(args.model, args.adapter, cfg.model.dtype)
+    with make_runner(cfg.sandbox.backend, cfg.sandbox.workers, cfg.sandbox.mode, cfg.sandbox.timeout_s,
+                     cfg.sandbox.memory_mb) as runner:
+        report = evaluate(model, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
+                          generator_seed=args.seed)
+    if not args.per_problem:
+        report.pop("per_problem", None)
+    report.update(model=args.model, adapter=args.adapter, split=args.split)
+    print(json.dumps(report))
+    return 0
+
+
+def load_model(name_or_path: str, adapter: str | None = None, dtype: str = "float32") -> tuple[Any, Any]:
+    """Model (+ PEFT adapter) and tokenizer for inference; the tokenizer comes from the adapter
+    directory when it holds one (a checkpoint is self-contained), else from the model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
+    tok_source = adapter if adapter and (Path(adapter) / "tokenizer_config.json").exists() else name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(tok_source)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    model.eval()
+    return model, tokenizer
+
+
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    from training.tiny_model import build_tiny_model
+
+    if args.warmup_problems is not None:
+        load_problems_or_fail(args.warmup_problems)  # fail fast, with line and field
+    if args.warmup_steps < 1:
+        raise UsageError(f"--warmup-steps must be >= 1, got {args.warmup_steps}")
+    _set_threads(args.threads)
+    out = build_tiny_model(args.out, warmup_problems=args.warmup_problems, seed=args.seed,
+                           warmup_steps=args.warmup_steps, log=lambda m: print(m, file=sys.stderr))
+    info = json.loads((out / "crucible_tiny.json").read_text())
+    if args.measure:
+        if args.warmup_problems is None:
+            raise UsageError("--measure needs --warmup-problems (the problems to measure on)")
+        info["starting_pass_rates"] = measure_pass_rates(out, args.warmup_problems, args.measure)
+        (out / "crucible_tiny.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps({"out": str(out), **info}))
+    return 0
+
+
+def measure_pass_rates(model_dir: str | Path, problems_file: str | Path, samples: int) -> dict:
+    """pass@1 per split at temperature 1, plain sampling (top_k 0, top_p 1), 128 new tokens."""
+    from training.config import SamplingConfig
+    from training.evaluation import evaluate
+    from training.local_runner import make_runner
+
+    model, tokenizer = load_model(str(model_dir))
+    problems = load_problems_or_fail(problems_file)
+    out = {}
+    with make_runner() as runner:
+        for split in ("train", "heldout"):
+            subset = [p for p in problems if p.split == split]
+            if subset:
+                r = evaluate(model, tokenizer, subset, SamplingConfig(), samples=samples, ks=[1], runner=runner)
+                out[split] = {"pass@1": round(r["pass@1"], 4), "tests": round(r["mean_test_pass_rate"], 4),
+                              "problems": len(subset), "samples": samples}
+    return out
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from training.config import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return 0

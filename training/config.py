@@ -1,0 +1,687 @@
+"""Run configuration: one frozen dataclass per concern, one source of truth.
+
+The YAML keys are the dataclass field names (a contract shared with the web form, the API and saved
+runs; see DESIGN.md "Run config"). Each field has a one-line docstring under it: ``field_docs()``
+reads them with ``ast`` so the JSON Schema (``json_schema()``), the web form and the CLI all show the
+same help text. Numeric bounds and choices live in the field's metadata and drive both validation
+and the schema, so they cannot drift apart.
+
+Usage::
+
+    cfg = load_config("run.yaml", overrides=["ppo.learning_rate=1e-5"])
+    cfg.ppo.clip_range          # 0.2
+    config_to_dict(cfg)         # plain JSON/YAML-safe dict, round-trips through config_from_dict
+
+Bad input raises ``ConfigError`` whose ``field`` is the dotted path (``ppo.clip_range``) and whose
+message says how to fix it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import functools
+import inspect
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+# Names registered by training/advantages.py (T2); kept here so config validation needs no torch.
+ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "dr_grpo")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+PROMPT_STYLES = ("completion", "chat")
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+WARMUPS = ("none", "stable_then_fast")
+LR_DECAYS = ("constant", "linear", "cosine")
+SANDBOX_MODES = ("warm", "cold")
+
+# Completion-style prompts end with a signature + docstring; the model should write only the body,
+# so anything that starts a new top-level statement ends the candidate.
+DEFAULT_COMPLETION_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
+
+
+class ConfigError(ValueError):
+    """A bad config value. ``field`` is the dotted path, e.g. ``ppo.clip_range``."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+    def prefixed(self, prefix: str) -> "ConfigError":
+        return ConfigError(f"{prefix}.{self.field}" if self.field else prefix, self.message)
+
+
+def _field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge=None, gt=None,
+           le=None, lt=None, choices=None, recommended=None) -> Any:
+    """A dataclass field whose bounds/choices drive both validation and the JSON schema."""
+    meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, choices=choices,
+                                   recommended=recommended).items() if v is not None}
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+class _Section:
+    """Base for config sections: generic checks from field metadata, then ``_check()``."""
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            # Friendly coercions for values built in Python (lists -> tuples keeps the object hashable).
+            if isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))
+                value = getattr(self, f.name)
+            _check_type(value, hints[f.name], f.name)
+            _check_bounds(value, f)
+        self._check()
+
+    def _check(self) -> None:  # cross-field rules of one section
+        pass
+
+
+def _check_bounds(value: Any, f: dataclasses.Field) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    m = f.metadata
+    if "choices" in m and value not in m["choices"]:
+        close = difflib.get_close_matches(str(value), m["choices"], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f.name, f"must be one of {', '.join(m['choices'])}; got {value!r}{hint}")
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f.name, f"must be a finite number, got {value!r}")
+        ok = ((m.get("ge") is None or value >= m["ge"]) and (m.get("gt") is None or value > m["gt"])
+              and (m.get("le") is None or value <= m["le"]) and (m.get("lt") is None or value < m["lt"]))
+        if not ok:
+            raise ConfigError(f.name, f"must be {_range_text(m)}; got {value!r}" + _recommend_text(m))
+
+
+def _range_text(m: dict) -> str:
+    lo = f"{'>=' if 'ge' in m else '>'} {m.get('ge', m.get('gt'))}" if ("ge" in m or "gt" in m) else ""
+    hi = f"{'<=' if 'le' in m else '<'} {m.get('le', m.get('lt'))}" if ("le" in m or "lt" in m) else ""
+    return " and ".join(x for x in (lo, hi) if x)
+
+
+def _recommend_text(m: dict) -> str:
+    if "recommended" in m:
+        lo, hi = m["recommended"]
+        return f" (recommended range {lo}-{hi})"
+    return ""
+
+
+# --------------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoraConfig(_Section):
+    """LoRA adapter settings (PEFT)."""
+
+    r: int = _field(8, ge=1, le=1024)
+    """LoRA rank (adapter width); 8-64 is typical."""
+    alpha: float = _field(16.0, gt=0)
+    """LoRA scaling numerator: the update is scaled by alpha / r."""
+    dropout: float = _field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA branch during training (0 keeps rollouts and updates consistent)."""
+    target_modules: str | tuple[str, ...] = "all-linear"
+    """Modules that get adapters: "all-linear" or a list of module names such as [q_proj, v_proj]."""
+
+    def _check(self) -> None:
+        if isinstance(self.target_modules, str) and not self.target_modules.strip():
+            raise ConfigError("target_modules", 'must not be empty; use "all-linear" or a list of names')
+        if isinstance(self.target_modules, tuple) and not self.target_modules:
+            raise ConfigError("target_modules", 'must not be an empty list; use "all-linear" or module names')
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Section):
+    """The policy model: where it comes from and how it is trained."""
+
+    name_or_path: str = "var/models/tiny"
+    """Hugging Face hub id or local directory of the base causal LM (and its tokenizer)."""
+    dtype: str = _field("float32", choices=DTYPES)
+    """Weights dtype: float32 on CPU, bfloat16 on GPU; auto uses the checkpoint's own dtype."""
+    lora: LoraConfig | None = _field(factory=LoraConfig)
+    """LoRA adapter settings; null trains every weight (full fine-tune)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory (slower)."""
+
+    def _check(self) -> None:
+        if not self.name_or_path.strip():
+            raise ConfigError("name_or_path", "must not be empty; give a hub id or a local model directory")
+
+
+@dataclass(frozen=True)
+class SamplingConfig(_Section):
+    """How candidates are sampled from the policy."""
+
+    problems_per_step: int = _field(16, ge=1)
+    """Training problems drawn per RL step."""
+    candidates_per_problem: int = _field(8, ge=1)
+    """Completions sampled per problem (the group size of GRPO/RLOO; at least 2)."""
+    max_new_tokens: int = _field(128, ge=1)
+    """Most tokens generated per completion."""
+    temperature: float = _field(1.0, ge=0.0, le=10.0)
+    """Sampling temperature; 0 means greedy decoding (no randomness, so no RL signal within a group)."""
+    top_p: float = _field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling: keep the smallest token set with this much probability; 1 = no cut."""
+    top_k: int = _field(0, ge=0)
+    """Keep only the k most likely tokens; 0 = no top-k cut (plain sampling)."""
+    prompt_style: str = _field("completion", choices=PROMPT_STYLES)
+    """completion: the model continues the problem's prompt; chat: chat template, code in a fenced block."""
+    stop: tuple[str, ...] | None = None
+    """Strings that end a completion (cut before the first one); null = default for the prompt style."""
+
+    def _check(self) -> None:
+        if self.stop is not None and any(s == "" for s in self.stop):
+            raise ConfigError("stop", "must not contain an empty string (it would cut every completion to nothing)")
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """The effective stop strings: ``stop`` if set, else the prompt style's default."""
+        if self.stop is not None:
+            return self.stop
+        return DEFAULT_COMPLETION_STOP if self.prompt_style == "completion" else ()
+
+
+@dataclass(frozen=True)
+class RewardWeights(_Section):
+    """Weight of each reward dimension; each dimension is a score in [0, 1]."""
+
+    pass_rate: float = _field(0.6, ge=0.0)
+    """Weight of the fraction of tests passed."""
+    syntax: float = _field(0.15, ge=0.0)
+    """Weight of 'the code parses / compiles'."""
+    efficiency: float = _field(0.1, ge=0.0)
+    """Weight of 'runtime within a reasonable share of the time limit'."""
+    conciseness: float = _field(0.05, ge=0.0)
+    """Weight of 'length within a reasonable range of the reference or group'."""
+    format: float = _field(0.1, ge=0.0)
+    """Weight of 'output follows the required format (fence, entry point, stdio use)'."""
+
+    def _check(self) -> None:
+        if sum(getattr(self, f.name) for f in dataclasses.fields(self)) <= 0:
+            raise ConfigError("", "reward weights are all zero; give at least one dimension a positive "
+                                  "weight (e.g. pass_rate: 1.0)")
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
+class RewardConfig(_Section):
+    """How execution results become a scalar reward per candidate."""
+
+    weights: RewardWeights = _field(factory=RewardWeights)
+    """Weight of each reward dimension (each dimension is in [0, 1])."""
+    normalize: bool = True
+    """Divide the weighted sum by the sum of weights so the total reward stays in [0, 1]."""
+    clip: float | None = _field(5.0, gt=0.0)
+    """Clip advantages to [-clip, clip] after normalisation; null = no clipping."""
+    repeats: int = _field(1, ge=1, le=10)
+    """Execute each candidate this many times and average its rewards (for noisy tests)."""
+
+
+@dataclass(frozen=True)
+class PPOConfig(_Section):
+    """PPO / GRPO policy-optimisation hyperparameters."""
+
+    learning_rate: float = _field(2e-6, gt=0.0, le=1.0)
+    """Peak AdamW learning rate (LoRA usually wants 1e-5 to 1e-4, full fine-tune 1e-6 to 1e-5)."""
+    kl_coef: float = _field(0.04, ge=0.0, le=1.0, recommended=(0.01, 0.1))
+    """Weight of the KL penalty to the reference policy in the loss (recommended 0.01-0.1; 0 = off)."""
+    kl_estimator: str = _field("k3", choices=KL_ESTIMATORS)
+    """Per-token KL estimator (Schulman): k1 = log ratio, k2 = squared log ratio / 2, k3 = unbiased low-variance."""
+    clip_range: float = _field(0.2, gt=0.0, lt=1.0, recommended=(0.1, 0.3))
+    """PPO clip epsilon: the ratio is clipped to [1 - clip_range, 1 + clip_range] (recommended 0.1-0.3)."""
+    clip_range_high: float | None = _field(None, gt=0.0, lt=10.0)
+    """Upper epsilon for clip-higher (DAPO), e.g. 0.28; must exceed clip_range; null = symmetric."""
+    dual_clip: float | None = _field(None, gt=1.0)
+    """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens; null = off."""
+    epochs_per_batch: int = _field(1, ge=1, le=16)
+    """Passes of PPO updates over each step's rollouts."""
+    minibatch_size: int | None = _field(None, ge=1)
+    """Candidates per optimizer step; null = the whole step's batch (one optimizer step per epoch)."""
+    micro_batch_size: int = _field(32, ge=1)
+    """Candidates per forward/backward (gradient accumulation); only affects memory, never the result."""
+    max_grad_norm: float | None = _field(1.0, gt=0.0)
+    """Clip the global gradient norm to this; null = no clipping."""
+    advantage: str = _field("grpo", choices=ADVANTAGE_ESTIMATORS)
+    """Advantage estimator: grpo (group mean/std), rloo (leave-one-out), dr_grpo (group mean, no std)."""
+    loss_aggregation: str = _field("token_mean", choices=LOSS_AGGREGATIONS)
+    """token_mean: average over all tokens of the batch; seq_mean: average per sequence, then over sequences."""
+    drop_zero_variance_groups: bool = False
+    """Leave out groups whose candidates all got the same reward (no learning signal; dynamic sampling)."""
+    weight_decay: float = _field(0.0, ge=0.0, le=1.0)
+    """AdamW weight decay."""
+
+    def _check(self) -> None:
+        if self.clip_range_high is not None and self.clip_range_high <= self.clip_range:
+            raise ConfigError("clip_range_high", f"must be greater than clip_range ({self.clip_range}); "
+                                                 f"got {self.clip_range_high}. Use null for symmetric clipping")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig(_Section):
+    """Learning-rate and KL-coefficient schedule ("stable first, then faster" warm-up)."""
+
+    warmup: str = _field("none", choices=WARMUPS)
+    """none: constant lr and KL from step 0; stable_then_fast: start with a low lr and a strong KL, then ramp to the configured values."""
+    warmup_steps: int = _field(10, ge=0)
+    """Steps over which the learning rate rises linearly from lr_start_factor * learning_rate to learning_rate."""
+    lr_start_factor: float = _field(0.1, ge=0.0, le=1.0)
+    """Fraction of the learning rate used at step 0 of a stable_then_fast warm-up."""
+    kl_warmup_steps: int | None = _field(None, ge=0)
+    """Steps over which the KL coefficient eases from kl_start_factor * kl_coef to kl_coef; null = warmup_steps."""
+    kl_start_factor: float = _field(2.0, ge=1.0, le=100.0)
+    """Multiple of kl_coef applied at step 0 of a stable_then_fast warm-up (a stronger anchor early)."""
+    lr_decay: str = _field("constant", choices=LR_DECAYS)
+    """Learning rate after warm-up: constant, or linear / cosine decay to min_lr_factor at the last step."""
+    min_lr_factor: float = _field(0.0, ge=0.0, le=1.0)
+    """Fraction of the learning rate reached at the last step when lr_decay is linear or cosine."""
+
+    def lr_factor(self, step: int, total_steps: int) -> float:
+        """Multiplier of ``ppo.learning_rate`` for optimizer step ``step`` (0-based) of ``total_steps``."""
+        warm = self.warmup_steps if self.warmup == "stable_then_fast" else 0
+        if step < warm:
+            return self.lr_start_factor + (1.0 - self.lr_start_factor) * step / warm
+        if self.lr_decay == "constant" or total_steps <= warm + 1:
+            return 1.0
+        progress = min(1.0, (step - warm) / (total_steps - 1 - warm))
+        shape = progress if self.lr_decay == "linear" else 0.5 * (1.0 - math.cos(math.pi * progress))
+        return 1.0 - (1.0 - self.min_lr_factor) * shape
+
+    def kl_factor(self, step: int) -> float:
+        """Multiplier of ``ppo.kl_coef`` at RL step ``step`` (0-based)."""
+        if self.warmup != "stable_then_fast":
+            return 1.0
+        warm = self.warmup_steps if self.kl_warmup_steps is None else self.kl_warmup_steps
+        if step >= warm:
+            return 1.0
+        return self.kl_start_factor + (1.0 - self.kl_start_factor) * step / warm
+
+
+@dataclass(frozen=True)
+class TrainConfig(_Section):
+    """Run length, seed, evaluation and checkpoint cadence."""
+
+    steps: int = _field(60, ge=1)
+    """Number of RL steps (each: sample, execute, reward, update)."""
+    seed: int = _field(0, ge=0)
+    """Seed for problem order, sampling and initialisation."""
+    eval_every: int = _field(10, ge=0)
+    """Evaluate on the heldout split every this many steps (also at step 0 and at the end); 0 = only start and end."""
+    eval_samples: int = _field(8, ge=1)
+    """Completions sampled per held-out problem for pass@k."""
+    checkpoint_every: int = _field(20, ge=0)
+    """Save a resumable checkpoint every this many steps (always at the end); 0 = only at the end."""
+    save_merged: bool = False
+    """Also export a merged model (base + LoRA, safetensors) with the final checkpoint."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig(_Section):
+    """Where and how candidates are executed."""
+
+    backend: str = "process"
+    """Execution backend of the sandbox (see `python -m sandbox run --help`)."""
+    workers: int = _field(2, ge=1, le=1024)
+    """Parallel executions."""
+    timeout_s: float | None = _field(None, gt=0.0, le=600.0)
+    """Time limit per execution in seconds; null = each problem's own time_limit_s."""
+    memory_mb: int | None = _field(None, ge=16, le=65536)
+    """Memory limit per execution in MiB; null = each problem's own memory_limit_mb."""
+    mode: str = _field("warm", choices=SANDBOX_MODES)
+    """warm: reuse isolated pre-started interpreters (fast); cold: a fresh process per execution."""
+
+    def _check(self) -> None:
+        if not self.backend.strip():
+            raise ConfigError("backend", 'must not be empty; "process" is the default backend')
+
+
+@dataclass(frozen=True)
+class RunConfig(_Section):
+    """A whole training run."""
+
+    model: ModelConfig = _field(factory=ModelConfig)
+    """The policy model and how it is trained (LoRA or full)."""
+    problems: str = "data/demo/problems.jsonl"
+    """Problem file (native JSONL, HumanEval, MBPP, APPS, CodeContests; .jsonl or .jsonl.gz)."""
+    sampling: SamplingConfig = _field(factory=SamplingConfig)
+    """How candidates are sampled."""
+    reward: RewardConfig = _field(factory=RewardConfig)
+    """How execution results become rewards."""
+    ppo: PPOConfig = _field(factory=PPOConfig)
+    """Policy optimisation hyperparameters."""
+    schedule: ScheduleConfig = _field(factory=ScheduleConfig)
+    """Learning-rate and KL schedule."""
+    train: TrainConfig = _field(factory=TrainConfig)
+    """Length of the run, evaluation and checkpoint cadence."""
+    sandbox: SandboxConfig = _field(factory=SandboxConfig)
+    """Where and how candidates run."""
+
+    def _check(self) -> None:
+        if not self.problems.strip():
+            raise ConfigError("problems", "must not be empty; give the path of a problem file")
+        if self.sampling.candidates_per_problem < 2:
+            raise ConfigError(
+                "sampling.candidates_per_problem",
+                f"must be at least 2 for advantage '{self.ppo.advantage}': a group of one candidate has no "
+                "baseline, so every advantage is zero and nothing is learned. Use 4-16")
+        batch = self.sampling.problems_per_step * self.sampling.candidates_per_problem
+        if self.ppo.minibatch_size is not None and self.ppo.minibatch_size > batch:
+            raise ConfigError(
+                "ppo.minibatch_size",
+                f"is {self.ppo.minibatch_size} but a step only has {batch} candidates "
+                f"(problems_per_step x candidates_per_problem); use at most {batch}, or null for the whole batch")
+
+
+SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, RewardConfig, PPOConfig,
+            ScheduleConfig, TrainConfig, SandboxConfig, RunConfig)
+
+
+# --------------------------------------------------------------------------------------------------
+# Types and docstrings
+# --------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _union_args(tp: Any) -> tuple[Any, ...] | None:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return typing.get_args(tp)
+    return None
+
+
+def _describe(tp: Any) -> str:
+    args = _union_args(tp)
+    if args:
+        return " or ".join(_describe(a) for a in args)
+    if tp is type(None):
+        return "null"
+    if typing.get_origin(tp) is tuple:
+        return "a list of strings"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    args = _union_args(tp)
+    if args:
+        return any(_matches(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if typing.get_origin(tp) is tuple:
+        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    if dataclasses.is_dataclass(tp):
+        return isinstance(value, tp)
+    return isinstance(value, tp)
+
+
+def _check_type(value: Any, tp: Any, name: str) -> None:
+    if not _matches(value, tp):
+        raise ConfigError(name, f"must be {_describe(tp)}; got {value!r} ({type(value).__name__})")
+
+
+@functools.cache
+def field_docs() -> dict[str, dict[str, str]]:
+    """``{ClassName: {field: docstring}}`` read from this module's source (the line under each field)."""
+    tree = ast.parse(inspect.getsource(inspect.getmodule(field_docs)))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields: dict[str, str] = {}
+        for prev, cur in zip(node.body, node.body[1:]):
+            if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name)
+                    and isinstance(cur, ast.Expr) and isinstance(cur.value, ast.Constant)
+                    and isinstance(cur.value.value, str)):
+                fields[prev.target.id] = inspect.cleandoc(cur.value.value)
+        docs[node.name] = fields
+    return docs
+
+
+# --------------------------------------------------------------------------------------------------
+# dict <-> dataclasses
+# --------------------------------------------------------------------------------------------------
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    """Convert a YAML/JSON value to the field type ``tp``; ConfigError naming ``path`` otherwise."""
+    args = _union_args(tp)
+    if args:
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, a, path)
+            except ConfigError as e:
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(path, f"must be {_describe(tp)}; got {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if value is None:
+            return _from_dict(tp, {}, path)
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"must be a mapping of {', '.join(f.name for f in dataclasses.fields(tp))}; "
+                                    f"got {value!r}")
+        return _from_dict(tp, value, path)
+    if typing.get_origin(tp) is tuple:
+        if isinstance(value, str):  # a single string where a list is expected: almost always a slip
+            raise ConfigError(path, f"must be a list of strings; got the string {value!r} (write [{value!r}])")
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(path, f"must be a list of strings; got {value!r}")
+        return tuple(value)
+    if tp is float:
+        # PyYAML reads `2e-6` (no dot) as a string; accept numeric strings rather than fail on a YAML quirk.
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, f"must be a number; got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"must be an integer; got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"must be true or false; got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"must be a string; got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {path}")
+
+
+def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    names = [f.name for f in dataclasses.fields(cls)]
+    hints = _hints(cls)
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(path, f"unknown key; {hint}valid keys{' in ' + prefix if prefix else ''}: "
+                                    f"{', '.join(names)}")
+        kwargs[key] = _coerce(value, hints[key], path)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise e.prefixed(prefix) if prefix else e
+
+
+def config_from_dict(data: dict | None) -> RunConfig:
+    """Build a validated RunConfig; missing keys take their defaults. Raises ConfigError."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("", f"the config must be a mapping of sections (model, sampling, ppo, ...); got {data!r}")
+    return _from_dict(RunConfig, data)
+
+
+def config_to_dict(cfg: Any) -> dict:
+    """Plain dict (lists, not tuples) that ``config_from_dict`` turns back into an equal config."""
+
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple):
+            return [plain(x) for x in v]
+        return v
+
+    return plain(cfg)
+
+
+def apply_overrides(data: dict | None, overrides: list[str] | tuple[str, ...]) -> dict:
+    """Apply ``section.key=value`` overrides (values parsed as YAML) to a copy of a config dict.
+
+    ``ppo.learning_rate=1e-5``, ``model.lora=null``, ``sampling.stop=["\\n\\n"]``. A path through a
+    null section (``model.lora.r=16`` after ``lora: null``) recreates that section.
+    """
+    import copy
+
+    import yaml
+
+    out = copy.deepcopy(data) if data else {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError("--set", f"expected KEY=VALUE such as ppo.learning_rate=1e-5; got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        parts = key.split(".")
+        if not key or any(not p for p in parts):
+            raise ConfigError("--set", f"bad key {key!r} in {item!r}; use dotted names such as ppo.clip_range")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(key, f"cannot parse value {raw!r} of --set: {e}") from None
+        node = out
+        for i, p in enumerate(parts[:-1]):
+            if not isinstance(node.get(p), dict):
+                if p in node and node[p] is not None:
+                    raise ConfigError(".".join(parts[:i + 1]), f"is {node[p]!r}, not a section; cannot set {key}")
+                node[p] = {}
+            node = node[p]
+        node[parts[-1]] = value
+    return out
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a YAML run config, apply ``--set`` overrides, validate. Raises ConfigError."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("config", f"file not found: {path}") from None
+    except OSError as e:
+        raise ConfigError("config", f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError("config", f"{path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError("config", f"{path} must hold a mapping of sections (model:, sampling:, ...), "
+                                    f"not {type(data).__name__}")
+    return config_from_dict(apply_overrides(data or {}, overrides))
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML that ``load_config`` reads back to an equal config."""
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON Schema
+# --------------------------------------------------------------------------------------------------
+
+
+def _type_schema(tp: Any) -> dict:
+    args = _union_args(tp)
+    if args:
+        non_null = [a for a in args if a is not type(None)]
+        nullable = len(non_null) < len(args)
+        if len(non_null) == 1 and not dataclasses.is_dataclass(non_null[0]) \
+                and typing.get_origin(non_null[0]) is not tuple:
+            s = _type_schema(non_null[0])
+            s["type"] = [s["type"], "null"] if nullable else s["type"]
+            return s
+        return {"anyOf": [_type_schema(a) for a in non_null] + ([{"type": "null"}] if nullable else [])}
+    if tp is type(None):
+        return {"type": "null"}
+    if dataclasses.is_dataclass(tp):
+        return _section_schema(tp)
+    if typing.get_origin(tp) is tuple:
+        return {"type": "array", "items": {"type": "string"}}
+    return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
+
+
+def _section_schema(cls: type) -> dict:
+    docs = field_docs().get(cls.__name__, {})
+    hints = _hints(cls)
+    props = {}
+    for f in dataclasses.fields(cls):
+        s = _type_schema(hints[f.name])
+        m = f.metadata
+        bounds = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+        target = s
+        if "anyOf" in s:  # put numeric bounds / enums on the non-null branch
+            target = next((b for b in s["anyOf"] if b.get("type") != "null"), s)
+        for k, name in bounds.items():
+            if k in m:
+                target[name] = m[k]
+        if "choices" in m:
+            target["enum"] = list(m["choices"])
+        if "recommended" in m:
+            s["x-recommended"] = {"minimum": m["recommended"][0], "maximum": m["recommended"][1]}
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        s["default"] = config_to_dict(default)
+        s["description"] = docs.get(f.name, "")
+        s["title"] = f.name.replace("_", " ")
+        props[f.name] = s
+    return {"type": "object", "title": cls.__name__, "description": inspect.getdoc(cls).splitlines()[0],
+            "properties": props, "additionalProperties": False}
+
+
+def json_schema() -> dict:
+    """JSON Schema (draft 2020-12) of the whole RunConfig: types, defaults, bounds, enums, descriptions."""
+    schema = _section_schema(RunConfig)
+    schema["description"] = "Crucible training run configuration (YAML keys = these property names)."
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://crucible.local/schemas/run-config.json", **schema}

@@ -1,0 +1,98 @@
+"""pass@k evaluation: sample completions for held-out problems, execute them, estimate pass@k.
+
+pass@k is the unbiased estimator of Chen et al. (2021), "Evaluating Large Language Models Trained on
+Code", eq. 1: with ``n`` samples of which ``c`` pass, ``pass@k = 1 - C(n - c, k) / C(n, k)``, the
+probability that at least one of ``k`` samples drawn without replacement passes. A sample passes when
+every test passes (execution status ``passed``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from training.config import SamplingConfig
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct (Chen et al. 2021, numerically stable form).
+
+    ``1 - prod_{i = n - c + 1}^{n} (1 - k / i)``, which equals ``1 - C(n-c, k) / C(n, k)``.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def default_ks(samples: int) -> list[int]:
+    """1, 2, 4, ... up to ``samples``, plus ``samples`` itself."""
+    ks, k = [], 1
+    while k <= samples:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != samples:
+        ks.append(samples)
+    return ks
+
+
+def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: SamplingConfig, *, samples: int,
+             ks: Sequence[int] | None = None, runner: Any, generator_seed: int | None = 0,
+             prompts_per_batch: int = 16, on_candidate: Callable[[Any, str, Any], None] | None = None) -> dict:
+    """Sample ``samples`` completions per problem with ``sampling``, execute them, and estimate pass@k.
+
+    Returns ``{"pass@1": float, "pass@k": {"4": float, ...}, "per_problem": {problem_id: {"n", "c",
+    "pass@1"}}, "samples": samples, "problems": N, "mean_test_pass_rate": float}`` where the
+    aggregate pass@k is the mean over problems (the ``eval`` event's fields). ``runner`` is a
+    ``sandbox.Runner`` (anything with ``run_batch(problems, candidates)``). ``generator_seed`` makes
+    the evaluation repeatable and leaves the training RNG untouched (None: draw from it). The model
+    is put in eval mode and restored. ``on_candidate(problem, text, result)`` sees every sample.
+    """
+    from training.generation import build_prompt, generate
+    from training.local_runner import make_candidate
+
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    ks = sorted(set(ks or default_ks(samples)))
+    bad = [k for k in ks if not 1 <= k <= samples]
+    if bad:
+        raise ValueError(f"every k must be in 1..samples ({samples}); got {bad}")
+    problems = list(problems)
+    if not problems:
+        return {"pass@1": 0.0, "pass@k": {}, "per_problem": {}, "samples": samples, "problems": 0,
+                "mean_test_pass_rate": 0.0}
+    by_id = {p.id: p for p in problems}
+    counts: dict[str, list[int]] = {p.id: [0, 0] for p in problems}  # id -> [n, c]
+    test_rates: list[float] = []
+    was_training = getattr(model, "training", False)
+    model.eval()
+    try:
+        for start in range(0, len(problems), prompts_per_batch):
+            chunk = problems[start:start + prompts_per_batch]
+            prompts = [build_prompt(p, tokenizer, sampling.prompt_style) for p in chunk]
+            seed = None if generator_seed is None else generator_seed + start
+            batch = generate(model, tokenizer, prompts, sampling, num_return_sequences=samples,
+                             generator_seed=seed)
+            key = "completion" if sampling.prompt_style == "completion" else "reply"
+            candidates = [make_candidate(chunk[i].id, **{key: text})
+                          for i, text in zip(batch.prompt_index, batch.texts)]
+            results = runner.run_batch(by_id, candidates)
+            for i, text, result in zip(batch.prompt_index, batch.texts, results):
+                problem = chunk[i]
+                counts[problem.id][0] += 1
+                counts[problem.id][1] += int(result.status == "passed")
+                test_rates.append(result.tests_passed / result.tests_total if result.tests_total else 0.0)
+                if on_candidate:
+                    on_candidate(problem, text, result)
+    finally:
+        if was_training:
+            model.train()
+    per_problem = {pid: {"n": n, "c": c, "pass@1": pass_at_k(n, c, 1)} for pid, (n, c) in counts.items()}
+    by_k = {k: sum(pass_at_k(n, c, k) for n, c in counts.values()) / len(counts) for k in ks}
+    return {"pass@1": by_k.get(1, sum(v["pass@1"] for v in per_problem.values()) / len(per_problem)),
+            "pass@k": {str(k): v for k, v in by_k.items() if k != 1},
+            "per_problem": per_problem, "samples": samples, "problems": len(problems),
+            "mean_test_pass_rate": sum(test_rates) / len(test_rates)}

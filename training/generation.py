@@ -1,0 +1,303 @@
+"""Batched sampling of completions with Hugging Face ``generate``, stop strings and prompt building.
+
+The sampling distribution is exactly ``softmax(logits / temperature)`` restricted by ``top_p`` and
+``top_k`` (``top_k=0``: no cut). Every other logits processor a checkpoint's ``generation_config``
+might switch on (repetition penalty, min_p, typical_p, ...) is set to its neutral value, because the
+trainer scores the sampled tokens under the policy and must see the distribution they came from.
+``generate`` would otherwise apply ``top_k=50`` and a checkpoint's own temperature/top_p.
+
+Stop strings: generation of a sequence ends as soon as its generated text contains a stop string
+(checked each step on the last few tokens), and afterwards the completion is cut exactly:
+
+* ``texts[i]`` is the generated text before the first stop string (or up to EOS / the length limit).
+* ``completion_ids[i]`` is the shortest prefix of the sampled tokens whose decoding covers
+  ``texts[i]``, so ``decode(completion_ids[i]).startswith(texts[i])``. When a stop string begins
+  inside a token (``"\\n\\n"`` before ``"def "`` with stop ``"\\ndef "``), that boundary token is kept
+  and its decoding carries the extra characters (here one ``"\\n"``): the token the policy chose is the
+  one that is scored. At least one token is kept whenever one was generated, so a candidate that
+  stopped immediately still gets a gradient.
+* If the model emitted an end-of-sequence token before any stop string, that EOS id is the last
+  element of ``completion_ids[i]`` (it is a sampled action), and it is not part of ``texts[i]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from training.config import SamplingConfig
+
+SYSTEM_PROMPT = ("You are an expert Python programmer. Reply with the complete solution in a single "
+                 "```python fenced code block and nothing else.")
+
+
+@dataclass
+class GenerationBatch:
+    """The sampled completions of one ``generate`` call, one entry per sequence.
+
+    Sequences are grouped by prompt: with ``n = num_return_sequences`` sequence ``i`` belongs to
+    prompt ``i // n`` (also given in ``prompt_index``).
+    """
+
+    prompt_ids: list[list[int]]
+    """Token ids of the sequence's prompt, unpadded (the exact ids the model was conditioned on)."""
+    completion_ids: list[list[int]]
+    """Sampled token ids after the prompt, cut at the stop rule (module docstring); ends with the EOS
+    id when the model emitted EOS; no padding. Score these for logprobs."""
+    texts: list[str]
+    """Decoded completion before the first stop string, without EOS: what goes to the sandbox."""
+    prompt_index: list[int]
+    """Index into the ``prompts`` argument of each sequence."""
+    finish_reasons: list[str]
+    """``"eos"``, ``"stop"`` (a stop string) or ``"length"`` (max_new_tokens reached)."""
+    generated_tokens: list[int]
+    """Tokens sampled per sequence before cutting (the work done; for tokens/s)."""
+    prompts: list[str] = field(default_factory=list)
+    """The prompt strings, one per input prompt (not per sequence)."""
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return sum(self.generated_tokens)
+
+    def padded(self, pad_token_id: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+        """Tensors to score the completions with one forward pass.
+
+        Prompts are left-padded to ``P`` and completions right-padded to ``C``:
+
+        * ``input_ids``      (B, P + C)
+        * ``attention_mask`` (B, P + C)  1 on real prompt and completion tokens
+        * ``position_ids``   (B, P + C)  ``cumsum(attention_mask) - 1``, as ``generate`` used; pass
+          them to the forward or left padding shifts every position
+        * ``completion_mask`` (B, C)     1 on kept completion tokens; the logits predicting
+          completion token ``j`` sit at position ``P + j - 1``
+        * ``prompt_length`` P (python int, via ``int(t["prompt_length"])``)
+        """
+        b = len(self)
+        p = max(len(x) for x in self.prompt_ids)
+        c = max(1, max(len(x) for x in self.completion_ids))
+        input_ids = torch.full((b, p + c), pad_token_id, dtype=torch.long)  # (B, P + C)
+        attention_mask = torch.zeros((b, p + c), dtype=torch.long)  # (B, P + C)
+        completion_mask = torch.zeros((b, c), dtype=torch.long)  # (B, C)
+        for i, (pr, co) in enumerate(zip(self.prompt_ids, self.completion_ids)):
+            input_ids[i, p - len(pr):p] = torch.tensor(pr, dtype=torch.long)
+            attention_mask[i, p - len(pr):p] = 1
+            if co:
+                input_ids[i, p:p + len(co)] = torch.tensor(co, dtype=torch.long)
+                attention_mask[i, p:p + len(co)] = 1
+                completion_mask[i, :len(co)] = 1
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, P + C)
+        out = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+               "completion_mask": completion_mask, "prompt_length": torch.tensor(p)}
+        if device is not None:
+            out = {k: v.to(device) for k, v in out.items()}
+        return out
+
+
+def build_prompt(problem: Any, tokenizer: Any, prompt_style: str) -> str:
+    """The text the model continues.
+
+    ``completion``: the problem's own prompt (HumanEval style: signature + docstring; the model
+    writes the body). ``chat``: the tokenizer's chat template with a system message and a user
+    message asking for the solution in a fenced python block, ending with the assistant turn opener.
+    """
+    prompt = _get(problem, "prompt") or ""
+    if prompt_style == "completion":
+        return prompt
+    if prompt_style != "chat":
+        raise ValueError(f"unknown prompt_style {prompt_style!r}; use 'completion' or 'chat'")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("prompt_style 'chat' needs a tokenizer with a chat template; this tokenizer has "
+                         "none (use prompt_style: completion, or a chat/instruct model)")
+    kind = _get(problem, "kind") or "function"
+    if kind == "stdio":
+        user = ("Write a Python program that reads from standard input and writes to standard output.\n\n"
+                f"{prompt.strip()}")
+    else:
+        entry = _get(problem, "entry_point")
+        name = f" `{entry}`" if entry else ""
+        user = (f"Complete the Python function{name} below. Return the whole function.\n\n"
+                f"```python\n{prompt.rstrip()}\n```")
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=False)
+    return text if isinstance(text, str) else tokenizer.decode(text)
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every id that ends a sequence: the tokenizer's EOS plus the model's generation_config EOS ids."""
+    ids: list[int] = []
+    for source in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                   tokenizer.eos_token_id):
+        if source is None:
+            continue
+        for i in (source if isinstance(source, (list, tuple)) else [source]):
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+class _StopOnStrings(StoppingCriteria):
+    """Marks a sequence done once the tail of its generated text contains a stop string.
+
+    Only the last ``window`` generated tokens are decoded each step (a token decodes to at least one
+    byte, so ``longest stop + 1`` tokens always cover a stop string that just completed).
+    """
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str], prompt_length: int):
+        self.tokenizer = tokenizer
+        self.stops = tuple(stops)
+        self.prompt_length = prompt_length
+        self.window = max(len(s) for s in self.stops) + 1
+        self.done: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        b = input_ids.shape[0]
+        if self.done is None:
+            self.done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
+        gen = input_ids[:, self.prompt_length:]  # (B, T_gen)
+        start = max(0, gen.shape[1] - self.window)
+        todo = (~self.done).nonzero().flatten().tolist()
+        if todo:
+            tails = self.tokenizer.batch_decode(gen[todo, start:].tolist(), skip_special_tokens=False,
+                                                clean_up_tokenization_spaces=False)
+            for i, tail in zip(todo, tails):
+                if any(s in tail for s in self.stops):
+                    self.done[i] = True
+        return self.done.clone()
+
+
+@torch.no_grad()
+def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: SamplingConfig, *,
+             num_return_sequences: int = 1, generator_seed: int | None = None,
+             add_special_tokens: bool | None = None) -> GenerationBatch:
+    """Sample ``num_return_sequences`` completions for each prompt in one batched ``generate``.
+
+    Left padding, attention mask and KV cache; ``temperature == 0`` decodes greedily. With
+    ``generator_seed`` the call is deterministic and leaves the global RNG state untouched; without
+    it, sampling draws from the global torch RNG (seed it once per run). ``add_special_tokens``
+    defaults to True for completion prompts (a BOS where the tokenizer uses one) and False for chat
+    prompts (the template already holds the special tokens).
+    """
+    if not prompts:
+        raise ValueError("generate() needs at least one prompt")
+    if add_special_tokens is None:
+        add_special_tokens = sampling.prompt_style == "completion"
+    eos_ids = eos_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        if not eos_ids:
+            raise ValueError("the tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token")
+        pad_id = eos_ids[0]
+
+    encoded = [tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"] for p in prompts]
+    if any(len(e) == 0 for e in encoded):
+        raise ValueError("a prompt encodes to zero tokens; the model needs at least one token to continue "
+                         "(give the problem a prompt, or use a tokenizer that adds a BOS token)")
+    p_len = max(len(e) for e in encoded)
+    input_ids = torch.full((len(encoded), p_len), pad_id, dtype=torch.long)  # (N, P) left-padded
+    attention_mask = torch.zeros((len(encoded), p_len), dtype=torch.long)  # (N, P)
+    for i, e in enumerate(encoded):
+        input_ids[i, p_len - len(e):] = torch.tensor(e, dtype=torch.long)
+        attention_mask[i, p_len - len(e):] = 1
+    device = next(model.parameters()).device
+    # Repeat each prompt n times ourselves: generate refuses num_return_sequences > 1 when greedy.
+    input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0).to(device)  # (N * n, P)
+    attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0).to(device)  # (N * n, P)
+
+    greedy = sampling.temperature == 0
+    gen_config = GenerationConfig(
+        max_new_tokens=sampling.max_new_tokens,
+        do_sample=not greedy,
+        temperature=1.0 if greedy else float(sampling.temperature),
+        top_p=1.0 if greedy else float(sampling.top_p),
+        top_k=0 if greedy else int(sampling.top_k),  # explicit: generate's default would be 50
+        # Neutral values, so a checkpoint's generation_config cannot reshape the distribution.
+        min_p=0.0, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
+        epsilon_cutoff=0.0, eta_cutoff=0.0, num_beams=1, use_cache=True,
+        num_return_sequences=1,
+        pad_token_id=pad_id, eos_token_id=eos_ids or None,
+    )
+    stops = sampling.stop_strings
+    criteria = StoppingCriteriaList([_StopOnStrings(tokenizer, stops, p_len)]) if stops else None
+
+    rng = contextlib.nullcontext()
+    if generator_seed is not None:
+        devices = [device] if device.type == "cuda" else []
+        rng = torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda")
+    with rng:
+        if generator_seed is not None:
+            torch.manual_seed(generator_seed)
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                             generation_config=gen_config, stopping_criteria=criteria)
+    sequences = out.sequences if hasattr(out, "sequences") else out  # (N * n, P + T)
+    generated = sequences[:, p_len:].tolist()
+
+    batch = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
+    eos_set = set(eos_ids)
+    for row, gen in enumerate(generated):
+        k = row // num_return_sequences
+        ids, text, reason, n_sampled = _cut(gen, tokenizer, stops, eos_set, pad_id)
+        batch.prompt_ids.append(list(encoded[k]))
+        batch.completion_ids.append(ids)
+        batch.texts.append(text)
+        batch.prompt_index.append(k)
+        batch.finish_reasons.append(reason)
+        batch.generated_tokens.append(n_sampled)
+    return batch
+
+
+def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _cut(gen: list[int], tokenizer: Any, stops: Sequence[str], eos: set[int],
+         pad_id: int) -> tuple[list[int], str, str, int]:
+    """Apply EOS and stop strings to one generated row: (completion_ids, text, finish_reason, sampled)."""
+    # Everything after the first EOS is padding (generate pads finished rows; pad may equal EOS).
+    end = next((j for j, t in enumerate(gen) if t in eos), None)
+    body = gen[:end] if end is not None else gen
+    # A row ended by a stop string is padded with pad_id afterwards; those ids were never sampled.
+    sampled = len(body)
+    while sampled and body[sampled - 1] == pad_id:
+        sampled -= 1
+    text = _decode(tokenizer, body[:sampled])
+    hits = [pos for pos in (text.find(s) for s in stops) if pos >= 0]
+    if hits:
+        text = text[:min(hits)]
+        n = max(1, _covering_prefix(body, text, tokenizer))
+        return body[:n], text, "stop", sampled
+    if end is not None:
+        return body + [gen[end]], text, "eos", end + 1
+    return body[:sampled], text, "length", sampled
+
+
+def _covering_prefix(ids: list[int], text: str, tokenizer: Any) -> int:
+    """Smallest ``n`` with ``decode(ids[:n]).startswith(text)`` (binary search; the predicate is
+    monotone for byte-level tokenizers, verified and fixed up by a linear scan otherwise)."""
+    if not text:
+        return 0
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _decode(tokenizer, ids[:mid]).startswith(text):
+            hi = mid
+        else:
+            lo = mid + 1
+    if _decode(tokenizer, ids[:lo]).startswith(text) and (
+            lo == 1 or not _decode(tokenizer, ids[:lo - 1]).startswith(text)):
+        return lo
+    for n in range(1, len(ids) + 1):
+        if _decode(tokenizer, ids[:n]).startswith(text):
+            return n
+    return len(ids)

@@ -1,0 +1,315 @@
+"""A ~1M-parameter Qwen3-architecture code model built offline in seconds: the CPU demo and test model.
+
+``build_tiny_model(out_dir, warmup_problems=...)``:
+
+1. trains a byte-level BPE tokenizer with the Qwen pre-tokenizer on code text (built-in Python
+   snippets + the warm-up problems' prompts and solutions) and saves it as a ``Qwen2Tokenizer`` with
+   the Qwen special tokens and a ChatML chat template;
+2. builds a randomly initialised ``Qwen3ForCausalLM`` (hidden 128, 4 layers, tied embeddings);
+3. optionally warm-starts it with a short supervised pass on the *train* split: prompt -> body + EOS,
+   where the body is the reference solution's body or, deliberately, a plausible wrong variant of it
+   (flipped comparison, wrong operator, swapped arguments, dropped filter, off-by-one) that fails the
+   tests. Sampling at temperature 1 then passes some of the time but not always, so RL has a signal
+   from its first step; a randomly initialised model gets all-zero rewards and learns nothing.
+
+Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+# Same pattern as Qwen2's tokenizer (transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX).
+QWEN_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+                          r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+
+MODEL_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
+
+# Generic Python so the tokenizer (and a no-warm-up model's vocabulary) covers everyday code.
+PYTHON_SNIPPETS = '''
+def add(a, b):
+    """Return the sum of a and b."""
+    return a + b
+
+
+def is_even(n):
+    return n % 2 == 0
+
+
+def fizzbuzz(n):
+    out = []
+    for i in range(1, n + 1):
+        if i % 15 == 0:
+            out.append("FizzBuzz")
+        elif i % 3 == 0:
+            out.append("Fizz")
+        elif i % 5 == 0:
+            out.append("Buzz")
+        else:
+            out.append(str(i))
+    return out
+
+
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        return self.items.pop()
+
+
+def count_words(text):
+    counts = {}
+    for word in text.lower().split():
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def main():
+    n = int(input())
+    values = list(map(int, input().split()))
+    print(sum(values) / max(len(values), 1))
+
+
+if __name__ == "__main__":
+    main()
+# a comment: sorted(nums, reverse=True), min(nums), max(nums), len(s), s.strip().split(",")
+while True:
+    break
+try:
+    x = int("3")
+except ValueError as e:
+    raise RuntimeError(str(e)) from None
+result = [x * x for x in range(10) if x > 2 and x != 5 or not x]
+return None, True, False, 0.5, 1e-3, [], {}, (), "", '\\n', "\\t"
+'''
+
+# Plausible mistakes: (pattern, replacement). Each is applied at one match to make one wrong variant.
+CORRUPTIONS = [
+    (r"== 0", "== 1"), (r"== 1", "== 0"), (r" > ", " < "), (r" < ", " > "), (r" > ", " >= "),
+    (r" < ", " <= "), (r" \+ ", " - "), (r" - ", " + "), (r" \* ", " + "), (r"\bsum\(", "max("),
+    (r"\bmax\(", "min("), (r"\bmin\(", "max("), (r"\bupper\(", "lower("), (r"\blower\(", "upper("),
+    (r"\bisupper\(", "islower("), (r"\bislower\(", "isupper("), (r"\bisdigit\(", "isalpha("),
+    (r"\[::-1\]", ""), (r"\.strip\(\)", ".lstrip()"), (r" if not ", " if "), (r"(?<=[ (\[])-x\b", "x"),
+    (r"\b2 \* ", "3 * "), (r"\*\* 2", "** 3"), (r"\bx \* x\b", "x + x"), (r"\blen\(", "sum("),
+    (r" if [^)\]\n]+(?=[)\]])", ""), (r"\bdefault=0\b", "default=1"), (r"\bswapcase\(", "upper("),
+    (r"\b(\d+)\b", lambda m: str(int(m.group(1)) + 1)),
+]
+
+
+def corruptions(body: str) -> list[str]:
+    """Every distinct single-edit variant of ``body`` from CORRUPTIONS (plus swapped arguments)."""
+    out: list[str] = []
+    for pattern, repl in CORRUPTIONS:
+        for m in re.finditer(pattern, body):
+            r = repl(m) if callable(repl) else m.expand(repl)
+            variant = body[:m.start()] + r + body[m.end():]
+            if variant != body and variant not in out:
+                out.append(variant)
+    swapped = re.sub(r"\b([ab])\b", lambda m: "b" if m.group(1) == "a" else "a", body)
+    if swapped != body and "a" in body and "b" in body and swapped not in out:
+        out.append(swapped)
+    return out
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024) -> Any:
+    """Byte-level BPE with the Qwen pre-tokenizer, wrapped as a ``Qwen2Tokenizer``."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in model["merges"]]
+    qwen = Qwen2Tokenizer(vocab=model["vocab"], merges=merges, eos_token="<|endoftext|>",
+                          pad_token="<|endoftext|>", unk_token=None,
+                          additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    qwen.chat_template = CHATML_TEMPLATE
+    return qwen
+
+
+def build_model(tokenizer: Any, seed: int = 0) -> Any:
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3Config(vocab_size=len(tokenizer), tie_word_embeddings=True, rope_theta=10000.0,
+                         bos_token_id=None, eos_token_id=eos, pad_token_id=eos, use_cache=True,
+                         **MODEL_SHAPE)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=[eos, im_end], pad_token_id=eos, do_sample=True,
+                                               temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=128)
+    return model
+
+
+def completion_of(problem: Any) -> str | None:
+    """The reference body after the prompt (HumanEval style), or None when the reference does not
+    start with the prompt."""
+    ref = problem.reference_solution or ""
+    if problem.prompt and ref.startswith(problem.prompt) and len(ref) > len(problem.prompt):
+        return ref[len(problem.prompt):]
+    return None
+
+
+def warmup_examples(problems: Sequence[Any], runner: Any, *, seed: int = 0, correct_copies: int = 2,
+                    wrong_per_problem: int = 3) -> tuple[list[tuple[str, str]], dict]:
+    """(prompt, completion) pairs: each train problem's body ``correct_copies`` times plus up to
+    ``wrong_per_problem`` distinct variants that the runner confirms fail the tests."""
+    from training.local_runner import make_candidate
+
+    rng = random.Random(seed)
+    usable = [(p, body) for p in problems if p.split == "train" and p.kind == "function"
+              for body in [completion_of(p)] if body is not None]
+    variants = [(p, v) for p, body in usable for v in corruptions(body)]
+    results = runner.run_batch({p.id: p for p, _ in usable},
+                               [make_candidate(p.id, completion=v) for p, v in variants]) if variants else []
+    failing: dict[str, list[str]] = {}
+    for (p, v), r in zip(variants, results):
+        if r.status != "passed":
+            failing.setdefault(p.id, []).append(v)
+    examples: list[tuple[str, str]] = []
+    for p, body in usable:
+        examples += [(p.prompt, body)] * correct_copies
+        wrong = failing.get(p.id, [])
+        examples += [(p.prompt, v) for v in rng.sample(wrong, min(wrong_per_problem, len(wrong)))]
+    rng.shuffle(examples)
+    stats = {"problems": len(usable), "examples": len(examples), "variants_tried": len(variants),
+             "variants_failing": sum(len(v) for v in failing.values())}
+    return examples, stats
+
+
+def supervised_warmup(model: Any, tokenizer: Any, examples: Sequence[tuple[str, str]], *, steps: int = 200,
+                      batch_size: int = 32, learning_rate: float = 3e-3, seed: int = 0) -> list[float]:
+    """Next-token loss on completion + EOS only (prompt tokens are context). Returns the loss curve.
+
+    Prompt and completion are tokenized separately, exactly as sampling sees them (the prompt alone,
+    then generated tokens), so the warm start teaches the token boundaries generation will meet.
+    """
+    import torch
+
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    encoded = []
+    for prompt, completion in examples:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [eos]
+        encoded.append((p, c))
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01, betas=(0.9, 0.95))
+    warm = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, s / steps))))
+    model.train()
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(len(encoded), (min(batch_size, len(encoded)),), generator=gen).tolist()
+        rows = [encoded[i] for i in idx]
+        t = max(len(p) + len(c) for p, c in rows)
+        input_ids = torch.full((len(rows), t), eos, dtype=torch.long)  # (B, T) right-padded
+        labels = torch.full((len(rows), t), -100, dtype=torch.long)  # (B, T) -100 = no loss
+        attention_mask = torch.zeros((len(rows), t), dtype=torch.long)  # (B, T)
+        for i, (p, c) in enumerate(rows):
+            ids = p + c
+            input_ids[i, :len(ids)] = torch.tensor(ids)
+            labels[i, len(p):len(ids)] = torch.tensor(c)
+            attention_mask[i, :len(ids)] = 1
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None = None, seed: int = 0,
+                     warmup_steps: int = 200, runner: Any = None, log: Any = None) -> Path:
+    """Build the tiny model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it.
+
+    ``runner`` executes the wrong variants to keep only those that really fail (default:
+    ``make_runner()``). Writes ``crucible_tiny.json`` with the build facts next to the weights.
+    """
+    import torch
+
+    from training.local_runner import make_runner
+
+    started = time.time()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    problems: list[Any] = []
+    if warmup_problems is not None:
+        problems = load_problem_file(warmup_problems)
+    texts = [PYTHON_SNIPPETS]
+    for p in problems:
+        texts += [p.prompt, p.reference_solution or ""]
+    tokenizer = train_tokenizer(texts)
+    model = build_model(tokenizer, seed=seed)
+    info: dict[str, Any] = {"parameters": sum(p.numel() for p in model.parameters()),
+                            "vocab_size": len(tokenizer), "seed": seed, "shape": MODEL_SHAPE}
+    if problems:
+        own_runner = runner is None
+        runner = runner or make_runner(workers=2)
+        try:
+            examples, stats = warmup_examples(problems, runner, seed=seed)
+        finally:
+            if own_runner:
+                runner.close()
+        if not examples:
+            raise ValueError(f"{warmup_problems}: no train-split function problem has a reference solution that "
+                             "starts with its prompt, so there is nothing to warm up on")
+        with torch.random.fork_rng():
+            losses = supervised_warmup(model, tokenizer, examples, steps=warmup_steps, seed=seed)
+        info["warmup"] = {**stats, "steps": warmup_steps, "loss_first": losses[0], "loss_last": losses[-1],
+                          "problems_file": str(warmup_problems)}
+    info["build_seconds"] = round(time.time() - started, 1)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "crucible_tiny.json").write_text(json.dumps(info, indent=2) + "\n")
+    if log:
+        log(f"tiny model: {info['parameters']:,} parameters, vocab {info['vocab_size']}, "
+            f"{info['build_seconds']} s -> {out}")
+    return out
+
+
+def load_problem_file(path: str | Path) -> list[Any]:
+    """Load problems with the sandbox's importers; any bad line is an error naming line and field."""
+    from sandbox.problems import load_problems
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"problem file not found: {path}")
+    result = load_problems(path)
+    if result.errors:
+        e = result.errors[0]
+        more = f" (and {len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
+        field = f", field {e.field}" if e.field else ""
+        raise ValueError(f"{path}: line {e.line}{field}: {e.message}{more}")
+    return list(result.problems)
