@@ -99,7 +99,9 @@ def database_config(directory: Path) -> dict:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(directory / "db.sqlite3"),
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            # IMMEDIATE: a transaction that reads and then writes (select_for_update is a no-op on SQLite)
+            # would otherwise fail at once with "database is locked" when another process writes.
+            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
         }
     try:
         config = dj_database_url.parse(raw, conn_max_age=60, conn_health_checks=True)

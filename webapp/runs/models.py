@@ -1,13 +1,230 @@
+"""Training runs and everything a run records (its event log and the tables built from it).
+
+`Run` owns its status transitions (each inside ``transaction.atomic()`` + ``select_for_update()`` so a
+supervisor, a cancel click and a stale check never interleave). The other models are read models
+filled by ``services.ingest_event`` from the trainer's ``events.jsonl``; ``RunEvent`` is the
+append-only log the websocket replays from.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
+from django.utils import timezone
 
 from webapp.core.models import OwnedQuerySet
 
+ACTIVE_STATUSES = ("queued", "running", "cancelling")
+FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+class TransitionError(ValueError):
+    """A status change that the run's current status does not allow; the message says why."""
+
 
 class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        CANCELLING = "cancelling"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
-    status = models.CharField(max_length=20, default="queued")
+    problem_set = models.ForeignKey("problems.ProblemSet", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="runs")
+    config = models.JSONField(default=dict, help_text="the full merged run config (training.config)")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    error = models.TextField(blank=True, default="")
+    step = models.IntegerField(default=0, help_text="last RL step reported by the trainer")
+    steps = models.IntegerField(default=0, help_text="train.steps of the config")
+    celery_task_id = models.CharField(max_length=64, blank=True, default="")
+    worker_host = models.CharField(max_length=255, blank=True, default="")
+    worker_pid = models.IntegerField(null=True, blank=True, help_text="pid of the supervising task")
+    trainer_pid = models.IntegerField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    run_dir = models.CharField(max_length=500, blank=True, default="")
+    events_offset = models.BigIntegerField(default=0, help_text="bytes of events.jsonl already ingested")
+    events_seq = models.IntegerField(default=0, help_text="lines of events.jsonl already ingested")
+    resume_count = models.IntegerField(default=0)
     created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
 
     objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.name} ({self.status})"
+
+    @property
+    def path(self) -> Path:
+        return Path(self.run_dir)
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    # ---- state transitions (each locks the row and re-reads the status it decides on) --------------
+
+    def _locked(self) -> "Run":
+        return Run.objects.select_for_update().get(pk=self.pk)
+
+    def _refresh_from(self, locked: "Run") -> None:
+        for f in self._meta.concrete_fields:
+            setattr(self, f.attname, getattr(locked, f.attname))
+
+    def claim(self, *, host: str, pid: int) -> bool:
+        """queued -> running for the supervisor on ``host``/``pid``; False when the run is not queued."""
+        with transaction.atomic():
+            run = self._locked()
+            if run.status != Run.Status.QUEUED:
+                self._refresh_from(run)
+                return False
+            run.status = Run.Status.RUNNING
+            run.error = ""
+            run.worker_host, run.worker_pid, run.trainer_pid = host, pid, None
+            run.heartbeat = timezone.now()
+            run.started = run.started or timezone.now()
+            run.finished = None
+            run.save()
+            self._refresh_from(run)
+            return True
+
+    def request_cancel(self) -> str:
+        """Cooperative stop: a queued run is cancelled at once, a running one goes to cancelling."""
+        with transaction.atomic():
+            run = self._locked()
+            if run.status == Run.Status.QUEUED:
+                run.status, run.finished = Run.Status.CANCELLED, timezone.now()
+            elif run.status == Run.Status.RUNNING:
+                run.status = Run.Status.CANCELLING
+            elif run.status != Run.Status.CANCELLING:
+                raise TransitionError(f"run {run.pk} is {run.status}; only a queued or running run can be cancelled")
+            run.save(update_fields=["status", "finished"])
+            self._refresh_from(run)
+            return run.status
+
+    def requeue(self) -> None:
+        """failed | cancelled -> queued (resume from the last checkpoint)."""
+        with transaction.atomic():
+            run = self._locked()
+            if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
+                raise TransitionError(f"run {run.pk} is {run.status}; only a failed or cancelled run can be resumed")
+            run.status, run.error, run.finished = Run.Status.QUEUED, "", None
+            run.resume_count += 1
+            run.worker_pid = run.trainer_pid = None
+            run.save()
+            self._refresh_from(run)
+
+    def finish(self, status: str, error: str = "") -> bool:
+        """Any active status -> succeeded | failed | cancelled; False (nothing changed) if already finished."""
+        if status not in FINISHED_STATUSES:
+            raise TransitionError(f"{status!r} is not a final status; use one of {', '.join(FINISHED_STATUSES)}")
+        with transaction.atomic():
+            run = self._locked()
+            if run.status in FINISHED_STATUSES:
+                self._refresh_from(run)
+                return False
+            run.status, run.error, run.finished = status, error or "", timezone.now()
+            run.trainer_pid = None
+            run.save()
+            self._refresh_from(run)
+            return True
+
+
+class RunEvent(models.Model):
+    """One line of the run's events.jsonl, as written (append-only; ``seq`` = 0-based line number)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=20)
+    step = models.IntegerField(null=True, blank=True)
+    payload = models.JSONField()
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq_unique")]
+        indexes = [models.Index(fields=["run", "step"])]
+
+
+class StepMetric(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_metrics")
+    step = models.IntegerField()
+    metrics = models.JSONField(default=dict)
+    time = models.FloatField(null=True, blank=True, help_text="Unix time of the step event")
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="step_metric_unique")]
+
+
+class ProblemStat(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="problem_stats")
+    problem_id = models.CharField(max_length=500)
+    split = models.CharField(max_length=20, default="train")
+    pass_rate = models.FloatField(default=0.0)
+    history = models.JSONField(default=list, help_text="[[step, pass_rate], ...] ordered by step")
+    zero_variance_groups = models.IntegerField(default=0, help_text="steps whose candidates all got one reward")
+    zero_variance_steps = models.JSONField(default=list)
+    last_step = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["problem_id"]
+        constraints = [models.UniqueConstraint(fields=["run", "problem_id"], name="problem_stat_unique")]
+
+
+class Candidate(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="candidates")
+    step = models.IntegerField()
+    problem_id = models.CharField(max_length=500)
+    index = models.IntegerField()
+    code = models.TextField(blank=True, default="")
+    reward = models.FloatField(null=True, blank=True)
+    rewards = models.JSONField(default=dict)
+    result = models.JSONField(default=dict)
+    passed = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, blank=True, default="", help_text="execution outcome")
+
+    class Meta:
+        ordering = ["step", "index"]
+        indexes = [models.Index(fields=["run", "problem_id", "step"]), models.Index(fields=["run", "status"])]
+
+
+class Eval(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evals")
+    step = models.IntegerField()
+    split = models.CharField(max_length=20, default="heldout")
+    pass_at_1 = models.FloatField(null=True, blank=True)
+    pass_at_k = models.JSONField(default=dict)
+    time = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "step", "split"], name="eval_unique")]
+
+
+class Checkpoint(models.Model):
+    class Kind(models.TextChoices):
+        ADAPTER = "adapter"
+        MERGED = "merged"
+        FULL = "full"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    path = models.CharField(max_length=500, help_text="relative to the run dir")
+    size_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["step", "kind"]
+        constraints = [models.UniqueConstraint(fields=["run", "path"], name="checkpoint_path_unique")]

@@ -1,0 +1,294 @@
+"""Web benchmarks: live-event latency and run-page server time.
+
+1. Latency from an event appended to a run's events.jsonl to its arrival at a websocket client, with
+   10 runs streaming at once, through the real path: a supervisor process per run (as a gpu worker
+   runs it: ``supervisor.supervise_run``, following the file, storing each event, broadcasting it),
+   the Redis channel layer, daphne, and a ``websockets`` client. The "trainer" each supervisor starts
+   is this file in trainer mode: it appends step events at a fixed rate, each stamped with the time it
+   was written. Target p50 < 50 ms.
+2. Server time of a run page with 1,000 steps and 200 problems (and their candidates), measured
+   around the Django view with the test client. Target < 300 ms.
+
+Usage: ``python benchmarks/web_bench.py [--runs 10] [--events 60] [--interval 0.1] [--no-write]``.
+Uses a private data dir (SQLite + embedded Redis) unless CRUCIBLE_DATA_DIR is set.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+
+
+# ---- trainer mode -----------------------------------------------------------------------------------
+
+def trainer_main(argv: list[str]) -> None:
+    """Stands in for ``python -m training run``: appends timed step events, then ``done``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("verb")
+    parser.add_argument("--config")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    plan = json.loads((Path(args.out) / "bench.json").read_text())
+    with open(Path(args.out) / "events.jsonl", "a") as f:
+        def emit(**e):
+            f.write(json.dumps({**e, "time": time.time()}) + "\n")
+            f.flush()
+        emit(event="start", config={}, model="bench")
+        time.sleep(plan["warmup_s"])
+        for step in range(1, plan["events"] + 1):
+            emit(event="step", step=step, metrics={"reward/mean": step / plan["events"], "kl": 0.001})
+            time.sleep(plan["interval"])
+        emit(event="done", status="succeeded", error=None)
+
+
+# ---- setup ------------------------------------------------------------------------------------------
+
+def setup_django(data_dir: str) -> None:
+    os.environ["CRUCIBLE_DATA_DIR"] = data_dir
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def bench_user():
+    from django.contrib.auth import get_user_model
+
+    from webapp.accounts.models import ApiToken
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    return user, ApiToken.issue(user, "bench")[1]
+
+
+def bench_problem_set(user):
+    from webapp.problems.services import create_problem_set
+
+    with open(ROOT / "data" / "demo" / "problems.jsonl", "rb") as f:
+        ps, errors = create_problem_set(user, "bench problems", f, validate=False)
+    assert ps is not None, errors
+    return ps
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daphne(port: int, log: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"]
+    proc = subprocess.Popen(command,
+                            cwd=ROOT, env=dict(os.environ), stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"daphne did not start: {log.read_text()[-2000:]}")
+
+
+def _supervise(run_id: int) -> None:
+    from django.db import connections
+
+    connections.close_all()  # a forked child must not share the parent's database connection
+    from webapp.runs.supervisor import supervise_run
+
+    supervise_run(run_id)
+
+
+# ---- 1. websocket latency ---------------------------------------------------------------------------
+
+async def _client(port: int, run_id: int, token: str, latencies: list[float], expected: int) -> None:
+    import websockets
+
+    url = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"
+    headers = {"Authorization": f"Bearer {token}", "Origin": f"http://127.0.0.1:{port}"}
+    async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
+        seen = 0
+        async for raw in ws:
+            now = time.time()
+            event = json.loads(raw)
+            if event.get("event") == "step":
+                latencies.append((now - event["time"]) * 1000)
+                seen += 1
+            if event.get("event") == "done" or seen >= expected:
+                return
+
+
+def bench_latency(runs: int, events: int, interval: float, port: int) -> dict:
+    from django.conf import settings
+
+    from webapp.runs.services import create_run
+
+    user, token = bench_user()
+    ps = bench_problem_set(user)
+    settings.CRUCIBLE_TRAINER_MODULE = "benchmarks.web_bench"
+    run_objs = [create_run(user, f"bench {i}", ps, {"train": {"steps": events}}) for i in range(runs)]
+    for run in run_objs:
+        (run.path / "bench.json").write_text(json.dumps({"events": events, "interval": interval, "warmup_s": 2.0}))
+    latencies: list[float] = []
+
+    async def main():
+        clients = [asyncio.create_task(_client(port, r.pk, token, latencies, events)) for r in run_objs]
+        await asyncio.sleep(0.5)  # every client is subscribed before the first event
+        ctx = multiprocessing.get_context("fork")
+        procs = [ctx.Process(target=_supervise, args=(r.pk,)) for r in run_objs]
+        for p in procs:
+            p.start()
+        await asyncio.wait_for(asyncio.gather(*clients), timeout=events * interval + 120)
+        for p in procs:
+            p.join(60)
+
+    asyncio.run(main())
+    latencies.sort()
+    return {"runs": runs, "events": len(latencies), "interval_s": interval,
+            "p50_ms": statistics.median(latencies), "p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
+            "max_ms": latencies[-1]}
+
+
+# ---- 2. run page server time ------------------------------------------------------------------------
+
+def seed_big_run(steps: int = 1000, n_problems: int = 200, per_step: int = 8, candidates: int = 8):
+    import random
+
+    from webapp.runs.models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
+
+    user, _ = bench_user()
+    rng = random.Random(0)
+    run = Run.objects.create(owner=user, name="bench big run", status="succeeded", step=steps, steps=steps,
+                             config=__import__("webapp.runs.services", fromlist=["x"]).validate_config({}))
+    StepMetric.objects.bulk_create([StepMetric(run=run, step=s, time=1e9 + 5 * s, metrics={
+        "reward/mean": rng.random(), "reward/pass_rate": rng.random(), "reward/syntax": rng.random(),
+        "reward/efficiency": rng.random(), "reward/conciseness": rng.random(), "reward/format": rng.random(),
+        "pass@1/train": rng.random(), "kl": rng.random() / 100, "loss/policy": rng.random() - 0.5,
+        "clip_frac": rng.random() / 10, "entropy": 1 + rng.random(), "grad_norm": rng.random(), "lr": 1e-5,
+        "tokens_per_s": 800 + rng.random() * 100, "time/rollout_s": 4.0, "time/sandbox_s": 1.0,
+        "time/update_s": 2.0}) for s in range(1, steps + 1)], batch_size=500)
+    ids = [f"problem-{i:03d}" for i in range(n_problems)]
+    history: dict[str, list] = {pid: [] for pid in ids}
+    cands = []
+    code = "def f(x):\n    return sorted(x)[::-1]\n" * 3
+    result = {"status": "failed", "tests_passed": 2, "tests_total": 4, "tests": [
+        {"name": f"test {i}", "passed": i < 2, "error": None if i < 2 else "AssertionError", "time_s": 0.001}
+        for i in range(4)], "stdout": "", "stderr": "AssertionError"}
+    for s in range(1, steps + 1):
+        for pid in rng.sample(ids, per_step):
+            history[pid].append([s, rng.random()])
+            for k in range(candidates):
+                st = rng.choice(["passed", "failed", "failed", "error", "timeout"])
+                cands.append(Candidate(run=run, step=s, problem_id=pid, index=k, code=code, reward=rng.random(),
+                                       rewards={"pass_rate": 0.5}, result={**result, "status": st},
+                                       passed=st == "passed", status=st))
+    Candidate.objects.bulk_create(cands, batch_size=2000)
+    ProblemStat.objects.bulk_create([ProblemStat(run=run, problem_id=pid, split="train", history=h,
+                                                 pass_rate=h[-1][1] if h else 0.0, last_step=h[-1][0] if h else 0,
+                                                 zero_variance_groups=rng.randint(0, 5)) for pid, h in history.items()])
+    Eval.objects.bulk_create([Eval(run=run, step=s, split="heldout", pass_at_1=s / steps, pass_at_k={"4": s / steps})
+                              for s in range(0, steps + 1, 50)])
+    Checkpoint.objects.bulk_create([Checkpoint(run=run, step=s, kind="adapter", path=f"checkpoints/step-{s}",
+                                               size_bytes=10 ** 7) for s in range(100, steps + 1, 100)])
+    RunEvent.objects.create(run=run, seq=steps * (1 + per_step) + 50, kind="done", payload={"event": "done"})
+    return run, user, len(cands)
+
+
+def bench_page(repeats: int = 15) -> dict:
+    from django.test import Client
+
+    run, user, n_candidates = seed_big_run()
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(user)
+    url = f"/runs/{run.pk}/"
+    assert client.get(url).status_code == 200  # warm caches (templates, imports) once
+    times, size = [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - t0) * 1000)
+        size = len(response.content)
+        assert response.status_code == 200
+    times.sort()
+    return {"steps": 1000, "problems": 200, "candidates": n_candidates, "p50_ms": statistics.median(times),
+            "p95_ms": times[int(0.95 * (len(times) - 1))], "bytes": size}
+
+
+# ---- report -----------------------------------------------------------------------------------------
+
+def write_results(latency: dict, page: dict) -> str:
+    import platform
+
+    section = "\n".join([
+        "<!-- web-bench -->",
+        "## Web: live latency and run page",
+        "",
+        f"`python benchmarks/web_bench.py` on {platform.machine()} with {os.cpu_count()} CPUs, SQLite + embedded "
+        f"Redis, daphne, {time.strftime('%Y-%m-%d')}.",
+        "",
+        "| measure | p50 | p95 | target |",
+        "|---|---|---|---|",
+        f"| events.jsonl append → websocket client, {latency['runs']} runs streaming at once "
+        f"({latency['events']} events, one per {latency['interval_s']} s per run) | {latency['p50_ms']:.1f} ms | "
+        f"{latency['p95_ms']:.1f} ms | p50 < 50 ms |",
+        f"| run page server time, {page['steps']} steps, {page['problems']} problems, {page['candidates']} "
+        f"candidates ({page['bytes'] // 1024} KiB of HTML) | {page['p50_ms']:.0f} ms | {page['p95_ms']:.0f} ms "
+        "| < 300 ms |",
+        "",
+        "The latency path is the production one: a supervisor process per run polls events.jsonl every "
+        "20 ms, stores each event and sends it through the Redis channel layer to daphne's consumer.",
+        "<!-- /web-bench -->",
+    ])
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    pattern = re.compile(r"<!-- web-bench -->.*?<!-- /web-bench -->", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
+    RESULTS.write_text(text)
+    return section
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        return trainer_main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--events", type=int, default=60, help="step events per run")
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between a run's events")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    args = parser.parse_args()
+    data_dir = os.environ.get("CRUCIBLE_DATA_DIR") or tempfile.mkdtemp(prefix="crucible-web-bench-")
+    os.environ.pop("DATABASE_URL", None)
+    setup_django(data_dir)
+    port = free_port()
+    daphne = start_daphne(port, Path(data_dir) / "daphne.log")
+    try:
+        latency = bench_latency(args.runs, args.events, args.interval, port)
+    finally:
+        os.killpg(daphne.pid, 15)
+        daphne.wait(15)
+    print(f"latency: {json.dumps(latency)}")
+    page = bench_page()
+    print(f"run page: {json.dumps(page)}")
+    if not args.no_write:
+        print(write_results(latency, page))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The whole flow in a browser: upload a problem set, launch the CPU demo preset, watch it learn live,
+open a failing candidate, download a checkpoint (real worker, real trainer, tiny model)."""
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import login
+
+DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "problems.jsonl"
+
+
+@pytest.fixture(scope="session")
+def demo_tiny_model():
+    """The CPU demo preset's model (settings.MODELS_DIR/tiny, as `make run` builds it), built once."""
+    from django.conf import settings
+
+    from training.tiny_model import build_tiny_model
+
+    target = Path(settings.MODELS_DIR) / "tiny"
+    if not (target / "config.json").exists():
+        build_tiny_model(target)
+    return target
+
+
+def small_demo_set() -> bytes:
+    problems = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()]
+    train = [p for p in problems if p.get("split", "train") == "train"][:8]
+    heldout = [p for p in problems if p.get("split") == "heldout"][:3]
+    return "".join(json.dumps(p) + "\n" for p in train + heldout).encode()
+
+
+def test_a_user_launches_the_cpu_demo_and_watches_it_learn(page, live_server_url, celery_worker, user, output_dir,
+                                                          demo_tiny_model):
+    login(page, live_server_url, "alice", "alice-password-1")
+
+    # Upload a problem set and see its validation.
+    page.goto(f"{live_server_url}/problem-sets/")
+    page.fill("input[name=name]", "Demo subset")
+    page.set_input_files("input[name=file]", files=[{"name": "demo.jsonl", "mimeType": "application/x-ndjson",
+                                                     "buffer": small_demo_set()}])
+    page.click("#upload-form button[type=submit]")
+    page.wait_for_url("**/problem-sets/*/")
+    page.wait_for_selector("#validation[data-status=done]", timeout=180_000)
+    assert "11 problems ok" in page.locator("#validation").inner_text()
+
+    # Launch the CPU demo preset, shortened to a few steps.
+    page.click("text=New run with this set")
+    page.wait_for_url("**/runs/new?problem_set=*")
+    page.click("button.preset[data-preset=cpu-demo]")
+    assert page.input_value("input[name='model.name_or_path']") == str(demo_tiny_model)
+    page.fill("input[name=name]", "browser demo")
+    for name, value in {"train.steps": "3", "sampling.problems_per_step": "2", "sampling.candidates_per_problem": "2",
+                        "sampling.max_new_tokens": "24", "train.eval_every": "1", "train.eval_samples": "1",
+                        "train.checkpoint_every": "1"}.items():
+        page.fill(f"input[name='{name}']", value)
+    page.fill("input[name='ppo.clip_range']", "3")  # a bad value first: the error shows on its field
+    page.click("#launch")
+    assert "got 3.0" in page.locator("[data-field='ppo.clip_range'] .errorlist").inner_text()
+    page.fill("input[name='ppo.clip_range']", "0.2")
+    page.click("#launch")
+    page.wait_for_url("**/runs/*/")
+
+    # The reward chart gains points without a reload.
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_function("Number(document.getElementById('chart-reward').dataset.points) >= 1", timeout=300_000)
+    page.wait_for_function("Number(document.getElementById('chart-reward').dataset.points) >= 2", timeout=300_000)
+    assert page.evaluate("window.__sameDocument === true")
+    assert page.evaluate("document.getElementById('chart-reward').data.length") >= 2  # total + dimensions
+
+    # Open a failing candidate.
+    page.wait_for_selector("#problems tr[data-problem]")
+    page.locator("#problems tr[data-problem]").first.click()
+    page.wait_for_selector("#candidates .candidate")
+    candidate = page.locator("#candidates .candidate").first
+    assert candidate.locator(".outcome").inner_text() != "passed"
+    assert candidate.locator(".codehilite").count() == 1 and candidate.locator("table.tests tr").count() >= 2
+
+    # The run finishes live; download its checkpoint.
+    page.wait_for_selector("#run-status.status-succeeded", timeout=300_000)
+    assert page.evaluate("window.__sameDocument === true")
+    page.wait_for_selector("#checkpoints a.download")
+    assert "held-out pass@1" in page.locator("#headline").inner_text()
+    page.screenshot(path=str(output_dir / "run-detail.png"), full_page=True)
+    with page.expect_download() as info:
+        page.locator("#checkpoints a.download").last.click()
+    path = output_dir / info.value.suggested_filename
+    info.value.save_as(path)
+    with tarfile.open(path, mode="r:gz") as tar:
+        names = tar.getnames()
+    assert any(n.endswith("/adapter_config.json") for n in names)
+    assert any(n.endswith("/adapter_model.safetensors") for n in names)

@@ -1,0 +1,132 @@
+"""Fixtures for runs: a real problem set (W1's importer), run dirs under tmp, event lines as documented."""
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+DEMO = ROOT / "data" / "demo" / "problems.jsonl"
+
+
+def problem_lines(n_train: int = 3, n_heldout: int = 1, *, slash: bool = True) -> bytes:
+    lines = []
+    for i in range(n_train + n_heldout):
+        pid = f"HumanEval/{i}" if slash and i == 0 else f"add-{i}"
+        lines.append({"id": pid, "kind": "function", "prompt": f"def add{i}(a, b):\n", "entry_point": f"add{i}",
+                      "tests": [f"assert add{i}(1, 2) == 3", f"assert add{i}(2, 2) == 4"],
+                      "reference_solution": f"def add{i}(a, b):\n    return a + b\n",
+                      "split": "train" if i < n_train else "heldout"})
+    return "".join(json.dumps(p) + "\n" for p in lines).encode()
+
+
+def make_problem_set(owner, name="small set", data: bytes | None = None):
+    from webapp.problems.services import create_problem_set
+
+    f = io.BytesIO(problem_lines() if data is None else data)
+    f.name = "problems.jsonl"
+    ps, errors = create_problem_set(owner, name, f, validate=False)
+    assert ps is not None, errors
+    return ps
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(settings, tmp_path):
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.MODELS_DIR = tmp_path / "models"
+    return settings.RUNS_DIR
+
+
+@pytest.fixture
+def problem_set(user):
+    return make_problem_set(user)
+
+
+TINY_OVERRIDES = {"train": {"steps": 3}, "sampling": {"problems_per_step": 2, "candidates_per_problem": 2}}
+
+
+@pytest.fixture
+def run(user, problem_set):
+    from webapp.runs.services import create_run
+
+    return create_run(user, "first run", problem_set, TINY_OVERRIDES)
+
+
+def result(status="failed", passed=1, total=2, ran=None, stdout="", stderr=""):
+    ran = total if ran is None else ran
+    tests = [{"name": f"test {i + 1}", "passed": i < passed, "error": None if i < passed else "AssertionError",
+              "time_s": 0.001} for i in range(ran)]
+    return {"status": status, "tests_passed": passed, "tests_total": total, "tests": tests, "syntax_ok": True,
+            "format_ok": True, "wall_time_s": 0.05, "cpu_time_s": 0.04, "peak_memory_mb": 10.0, "stdout": stdout,
+            "stderr": stderr, "stdout_truncated": False, "stderr_truncated": False, "exit_code": 0, "detail": "",
+            "isolation": "process", "isolation_features": []}
+
+
+def step_event(step, reward=0.4):
+    return {"event": "step", "step": step, "time": time.time(), "metrics": {
+        "reward/mean": reward, "reward/pass_rate": reward - 0.05, "reward/syntax": 0.9, "kl": 0.001 * step,
+        "loss/policy": -0.01, "clip_frac": 0.02, "entropy": 1.1, "tokens_per_s": 500.0,
+        "time/rollout_s": 1.0, "time/sandbox_s": 0.3, "time/update_s": 0.5}}
+
+
+def problem_event(step, problem_id="HumanEval/0", statuses=("passed", "failed")):
+    cands = []
+    for s in statuses:
+        r = result(s, passed=2 if s == "passed" else (0 if s in ("timeout", "syntax_error") else 1),
+                   ran=0 if s in ("timeout", "syntax_error") else 2, stderr="Traceback: boom" if s != "passed" else "")
+        cands.append({"code": "def add0(a, b):\n    return a + b\n", "reward": 1.0 if s == "passed" else 0.3,
+                      "rewards": {"pass_rate": 1.0 if s == "passed" else 0.5, "syntax": 1.0}, "result": r})
+    rate = sum(s == "passed" for s in statuses) / len(statuses)
+    return {"event": "problem", "step": step, "problem_id": problem_id, "pass_rate": rate, "candidates": cands,
+            "time": time.time()}
+
+
+def eval_event(step, p1):
+    return {"event": "eval", "step": step, "split": "heldout", "pass@1": p1, "pass@k": {"2": min(1.0, p1 + 0.1)},
+            "time": time.time()}
+
+
+def write_events(path: Path, events: list[dict], *, partial: str = "") -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+        f.write(partial)
+
+
+def full_run_events(run_dir: Path, steps: int = 2) -> list[dict]:
+    """What a trainer writes for a short run, including a real adapter-shaped checkpoint dir."""
+    ckpt = run_dir / "checkpoints" / f"step-{steps}"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / "adapter_config.json").write_text(json.dumps({"r": 8}))
+    (ckpt / "adapter_model.safetensors").write_bytes(b"\x00" * 4096)
+    events = [{"event": "start", "config": {}, "model": "tiny", "time": time.time()}, eval_event(0, 0.25)]
+    for s in range(1, steps + 1):
+        events += [step_event(s, 0.3 + 0.1 * s), problem_event(s), problem_event(s, "add-1", ("failed", "failed"))]
+    events += [eval_event(steps, 0.75),
+               {"event": "checkpoint", "step": steps, "path": f"checkpoints/step-{steps}", "kind": "adapter",
+                "time": time.time()},
+               {"event": "done", "status": "succeeded", "error": None, "time": time.time()}]
+    return events
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The tiny model, built once per session (untrained: it fails nearly every problem, which is fine)."""
+    from training.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+def demo_config(tiny_model_dir, steps=2):
+    """The CPU demo preset, shrunk to a few seconds a step, pointing at the session's tiny model."""
+    from webapp.runs.presets import get_preset
+    from webapp.runs.services import merge_config
+
+    return merge_config(get_preset("cpu-demo")["config"], {
+        "model": {"name_or_path": str(tiny_model_dir)},
+        "sampling": {"problems_per_step": 2, "candidates_per_problem": 2, "max_new_tokens": 24},
+        "train": {"steps": steps, "eval_every": 1, "eval_samples": 1, "checkpoint_every": 1},
+    })

@@ -1,0 +1,101 @@
+"""Following events.jsonl and storing each event: real event lines, the real follower and ingest."""
+import json
+
+from webapp.runs import queries
+from webapp.runs.models import Candidate, Checkpoint, Eval, ProblemStat, RunEvent, StepMetric
+from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+from .conftest import full_run_events, problem_event, step_event, write_events
+
+
+def follow_all(run):
+    follower = EventFollower(run.path / "events.jsonl", offset=run.events_offset, seq=run.events_seq)
+    try:
+        return ingest_new_events(run, follower)
+    finally:
+        follower.close()
+
+
+def test_a_whole_run_lands_in_the_tables(run):
+    assert run.claim(host="h", pid=1)
+    write_events(run.path / "events.jsonl", full_run_events(run.path, steps=2))
+    follow_all(run)
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.step == 2
+    assert list(StepMetric.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
+    stat = ProblemStat.objects.get(run=run, problem_id="HumanEval/0")
+    assert stat.history == [[1, 0.5], [2, 0.5]] and stat.split == "train"
+    assert ProblemStat.objects.get(run=run, problem_id="add-1").zero_variance_groups == 2
+    assert Candidate.objects.filter(run=run).count() == 8
+    assert [(e.step, e.pass_at_1) for e in Eval.objects.filter(run=run)] == [(0, 0.25), (2, 0.75)]
+    ckpt = Checkpoint.objects.get(run=run)
+    assert (ckpt.kind, ckpt.step, ckpt.size_bytes) == ("adapter", 2, 4096 + len(json.dumps({"r": 8})))
+    assert queries.headline(queries.evals(run)) == {"split": "heldout", "before": 25, "after": 75, "delta": 50,
+                                                     "before_step": 0, "after_step": 2}
+
+
+def test_a_partial_last_line_waits_for_its_newline(run):
+    path = run.path / "events.jsonl"
+    line = json.dumps(step_event(1))
+    write_events(path, [], partial=line[:20])
+    follower = EventFollower(path)
+    assert follower.read() == []
+    with open(path, "a") as f:
+        f.write(line[20:] + "\n")
+    [(seq, event, offset)] = follower.read()
+    assert (seq, event["step"], offset) == (0, 1, len(line) + 1)
+
+
+def test_rereading_the_file_never_duplicates_events(run):
+    write_events(run.path / "events.jsonl", [step_event(1), problem_event(1)])
+    follow_all(run)
+    # A new follower that starts over from byte 0 (e.g. a supervisor restarted without its offset).
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    assert RunEvent.objects.filter(run=run).count() == 2
+    assert Candidate.objects.filter(run=run).count() == 2
+
+
+def test_the_follower_continues_from_the_stored_offset(run):
+    write_events(run.path / "events.jsonl", [step_event(1)])
+    follow_all(run)
+    run.refresh_from_db()
+    write_events(run.path / "events.jsonl", [step_event(2)])
+    new = follow_all(run)
+    assert [e["step"] for e in new] == [2]
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == [0, 1]
+
+
+def test_a_resumed_run_repeating_a_step_replaces_that_steps_records(run):
+    write_events(run.path / "events.jsonl", [step_event(1, 0.1), problem_event(1, statuses=("failed", "failed"))])
+    follow_all(run)
+    write_events(run.path / "events.jsonl", [step_event(1, 0.9), problem_event(1, statuses=("passed", "passed"))])
+    follow_all(run)
+    assert StepMetric.objects.get(run=run, step=1).metrics["reward/mean"] == 0.9
+    assert sorted(Candidate.objects.filter(run=run).values_list("status", flat=True)) == ["passed", "passed"]
+    assert ProblemStat.objects.get(run=run, problem_id="HumanEval/0").history == [[1, 1.0]]
+
+
+def test_a_corrupt_line_is_recorded_and_numbering_stays_exact(run):
+    path = run.path / "events.jsonl"
+    write_events(path, [step_event(1)])
+    with open(path, "a") as f:
+        f.write("{not json\n")
+    write_events(path, [step_event(2)])
+    follow_all(run)
+    rows = list(RunEvent.objects.filter(run=run).values_list("seq", "kind"))
+    assert rows == [(0, "step"), (1, "invalid"), (2, "step")]
+
+
+def test_candidates_list_tests_that_never_ran_as_failed_and_label_the_outcome(run):
+    write_events(run.path / "events.jsonl", [problem_event(1, statuses=("timeout", "passed"))])
+    follow_all(run)
+    failed = queries.candidates(run, "HumanEval/0", status="failed")
+    assert len(failed) == 1 and failed[0]["outcome"] == "timeout"
+    assert [t["passed"] for t in failed[0]["result"]["tests"]] == [False, False]
+    assert "not run" in failed[0]["result"]["tests"][0]["error"]
+    assert len(queries.candidates(run, "HumanEval/0", status="passed", step=1)) == 1
+    assert queries.candidates(run, "HumanEval/0", step=2) == []
+    health = queries.sandbox_health(run)
+    assert health["timeouts"] == 1 and health["passed"] == 1 and health["infrastructure"] == 0

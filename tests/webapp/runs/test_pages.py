@@ -1,0 +1,132 @@
+"""Run pages: the generated config form, inline errors, the run page, candidates fragment, compare."""
+
+from webapp.runs.models import Run
+from webapp.runs.services import create_run
+
+from .conftest import TINY_OVERRIDES
+from .test_api import finished_run
+
+
+def form_data(problem_set, **changes):
+    from webapp.runs.forms import RunForm, flatten
+    from webapp.runs.presets import get_preset
+    from webapp.runs.services import default_config, merge_config
+
+    values = flatten(merge_config(default_config(), merge_config(get_preset("cpu-demo")["config"], TINY_OVERRIDES)))
+    data = {"name": "form run", "problem_set": problem_set.pk}
+    for k, v in values.items():
+        if isinstance(v, bool):
+            if v:
+                data[k] = "on"
+        elif v is None:
+            data[k] = ""
+        elif isinstance(v, list):
+            data[k] = __import__("json").dumps(v)
+        else:
+            data[k] = v
+    data.update(changes)
+    return data
+
+
+def test_the_form_has_every_config_field_with_defaults_bounds_and_help(client_alice, problem_set):
+    from training.config import json_schema
+
+    html = client_alice.get(f"/runs/new?problem_set={problem_set.pk}").content.decode()
+    for section in ("model", "sampling", "ppo", "schedule", "train", "sandbox"):
+        for key in json_schema()["properties"][section]["properties"]:
+            assert f'name="{section}.{key}"' in html, f"{section}.{key}"
+    for key in ("pass_rate", "syntax", "efficiency", "conciseness", "format"):
+        assert f'name="reward.weights.{key}"' in html
+    assert 'name="model.lora.r"' in html and 'name="model.lora"' in html
+    assert "PPO clip epsilon" in html  # help text from the dataclass docstring
+    assert 'max="1024"' in html  # lora.r bound from the schema
+    assert f'<option value="{problem_set.pk}" selected>' in html
+    assert "CPU demo — tiny model" in html and "Qwen3.5-9B LoRA on one 80 GB GPU" in html
+
+
+def test_a_valid_form_launches_a_run(client_alice, problem_set):
+    r = client_alice.post("/runs/new", form_data(problem_set))
+    run = Run.objects.get()
+    assert r.status_code == 302 and r["Location"] == f"/runs/{run.pk}/"
+    assert run.config["train"]["steps"] == 3 and run.config["model"]["lora"]["r"] == 8
+
+
+def test_lora_switched_off_is_a_full_fine_tune(client_alice, problem_set):
+    data = form_data(problem_set)
+    del data["model.lora"]
+    client_alice.post("/runs/new", data)
+    assert Run.objects.get().config["model"]["lora"] is None
+
+
+def test_a_bad_value_comes_back_inline_on_its_field(client_alice, problem_set):
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"ppo.clip_range": "3"}))
+    assert r.status_code == 200 and not Run.objects.exists()
+    field = r.context["form"]["ppo.clip_range"]
+    assert field.errors and "< 1.0; got 3.0" in field.errors[0]
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.stop": "not a list"}))
+    assert r.context["form"]["sampling.stop"].errors
+
+
+def test_cross_field_errors_land_on_the_named_field(client_alice, problem_set):
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.candidates_per_problem": "1"}))
+    assert "at least 2" in r.context["form"]["sampling.candidates_per_problem"].errors[0]
+
+
+def test_the_run_page_embeds_its_state_and_the_headline(client_alice, run):
+    finished_run(run)
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert "held-out pass@1 25% → 75%" in html and "(+50)" in html
+    assert 'id="run-state"' in html and "reward/mean" in html
+    assert "js/run_detail.js" in html and "vendor/plotly/plotly.min.js" in html
+
+
+def test_the_candidates_fragment_highlights_code_and_shows_tests(client_alice, run):
+    finished_run(run)
+    html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates?status=failed").content.decode()
+    assert 'class="codehilite"' in html and "wrong answer" in html and "AssertionError" in html
+    assert "Traceback: boom" in html  # stderr
+    assert html.count('class="candidate"') == 2
+
+
+def test_other_users_get_404_on_pages(client, other_user, run):
+    client.force_login(other_user)
+    for url in (f"/runs/{run.pk}/", f"/runs/{run.pk}/problems/x/candidates", f"/runs/compare?ids={run.pk}"):
+        assert client.get(url).status_code == 404, url
+    assert client.post(f"/runs/{run.pk}/cancel").status_code == 404
+    assert run.name not in client.get("/runs/").content.decode()
+
+
+def test_compare_overlays_runs_and_diffs_their_configs(client_alice, user, problem_set, run):
+    other = create_run(user, "other", problem_set, {**TINY_OVERRIDES, "ppo": {"kl_coef": 0.1}})
+    html = client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
+    assert "ppo.kl_coef" in html and "0.04" in html and "0.1" in html
+    assert "ppo.clip_range</code>" not in html  # the same in both
+    assert 'id="compare-data"' in html
+
+
+def test_cancel_and_resume_buttons(client_alice, run):
+    client_alice.post(f"/runs/{run.pk}/cancel")
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    client_alice.post(f"/runs/{run.pk}/resume")
+    run.refresh_from_db()
+    assert run.status == "queued"
+
+
+def test_the_embedded_state_is_json_that_cannot_close_its_script_tag(client_alice, run):
+    import json
+    import re
+
+    from webapp.runs.services import ingest_event
+
+    from .conftest import problem_event, step_event
+
+    ingest_event(run, step_event(1), seq=0)
+    ingest_event(run, problem_event(1, "</script><b>x"), seq=1)
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert "</script><b>" not in html
+    raw = re.search(r'<script id="run-state" type="application/json">(.*?)</script>', html, re.S).group(1)
+    state = json.loads(raw)
+    assert state["metrics"][0]["step"] == 1 and state["metrics"][0]["metrics"]["kl"] == 0.001
+    assert state["problems"][0]["problem_id"] == "</script><b>x" and state["problems"][0]["history"] == [[1, 0.5]]
+    assert state["health"]["passed"] == 1 and state["last_seq"] == 1

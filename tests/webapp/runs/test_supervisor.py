@@ -1,0 +1,116 @@
+"""The supervisor with a real child process (a scripted trainer CLI) and the real follower/ingest."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from webapp.runs.models import Run, RunEvent, StepMetric
+from webapp.runs.services import cancel_run
+from webapp.runs.supervisor import fail_lost_runs, pid_alive, supervise_run, trainer_command
+
+from .conftest import ROOT, write_events, step_event
+
+
+@pytest.fixture(autouse=True)
+def scripted(settings):
+    settings.CRUCIBLE_TRAINER_MODULE = "tests.webapp.runs.scripted_trainer"
+
+
+def script(run, **kw):
+    (run.path / "scripted.json").write_text(json.dumps(kw))
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_finishing_trainer_makes_the_run_succeed(run):
+    script(run, steps=3, then="done")
+    supervise_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.step == 3 and run.trainer_pid is None
+    assert list(StepMetric.objects.filter(run=run).values_list("step", flat=True)) == [1, 2, 3]
+    assert RunEvent.objects.filter(run=run).last().kind == "done"
+
+
+def test_a_crashing_trainer_fails_the_run_with_its_last_stderr_lines(run):
+    script(run, steps=2, then="crash")
+    supervise_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert "exit code 3" in run.error and "CUDA out of memory (scripted)" in run.error
+    assert StepMetric.objects.filter(run=run).count() == 2  # what was recorded is kept
+    assert "CUDA out of memory" in (run.path / "stderr.log").read_text()
+
+
+def test_a_redelivered_task_never_starts_a_second_trainer(run):
+    script(run, steps=1, then="done")
+    supervise_run(run.pk)
+    assert "nothing to do" in supervise_run(run.pk)
+    assert RunEvent.objects.filter(run=run, kind="start").count() == 1
+    # A running run whose supervisor is alive (this very process, seen from another pid) is left alone.
+    Run.objects.filter(pk=run.pk).update(status="running", worker_host=__import__("socket").gethostname(),
+                                         worker_pid=os.getppid())
+    assert "already supervised" in supervise_run(run.pk)
+
+
+def test_resume_passes_resume_to_the_trainer(run):
+    assert "--resume" not in trainer_command(run, resume=False)
+    assert trainer_command(run, resume=True)[-1] == "--resume"
+
+
+def test_multi_gpu_runs_go_through_accelerate_launch(run, settings):
+    settings.GPU_COUNT = 4
+    command = trainer_command(run, resume=False)
+    assert command[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_sends_sigterm_and_the_trainer_checkpoints_and_stops(user, settings, tmp_path):
+    from webapp.runs.services import create_run
+
+    from .conftest import TINY_OVERRIDES, make_problem_set
+
+    run = create_run(user, "to cancel", make_problem_set(user), TINY_OVERRIDES)
+    script(run, steps=1, then="hang")
+    thread = threading.Thread(target=supervise_run, args=(run.pk,))
+    thread.start()
+    try:
+        wait_for(lambda: (run.path / "pid").exists() and Run.objects.get(pk=run.pk).step == 1)
+        assert cancel_run(run) == "cancelling"
+    finally:
+        thread.join(60)
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert list(run.checkpoints.values_list("path", flat=True)) == ["checkpoints/last"]
+    assert not pid_alive(int((run.path / "pid").read_text()))
+
+
+def test_a_run_whose_worker_died_is_marked_failed_and_keeps_its_events(run):
+    assert run.claim(host=__import__("socket").gethostname(), pid=2 ** 22 + 7)  # no such process
+    write_events(run.path / "events.jsonl", [step_event(1), {"event": "done", "status": "cancelled", "error": None}])
+    assert fail_lost_runs() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "failed" and "died" in run.error
+    assert RunEvent.objects.filter(run=run).count() == 2 and run.step == 1
+
+
+def test_the_trainer_dies_with_its_supervisor():
+    code = (
+        "import os, subprocess, sys, django; django.setup();"
+        "from webapp.runs.supervisor import _die_with_parent;"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " preexec_fn=_die_with_parent(os.getpid())); print(p.pid, flush=True); os._exit(0)")
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings.test")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    child = int(out.stdout.split()[0])
+    wait_for(lambda: not pid_alive(child), timeout=10)

@@ -1,0 +1,105 @@
+"""/ws/runs/<id>/: auth in connect, replay from the stored log, then stream without duplicates."""
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+
+from webapp.accounts.models import ApiToken
+from webapp.asgi import application
+from webapp.runs.services import create_run, ingest_event
+
+from .conftest import TINY_OVERRIDES, make_problem_set, problem_event, step_event
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+def setup_run(username="wsowner"):
+    user = get_user_model().objects.create_user(username, password="ws-password-1")
+    run = create_run(user, "ws run", make_problem_set(user), TINY_OVERRIDES)
+    return user, run, ApiToken.issue(user, "test")[1]
+
+
+def token_header(token):
+    return (b"authorization", f"Bearer {token}".encode())
+
+
+async def connect(run, token, query=""):
+    communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/{query}",
+                                         headers=[ORIGIN, token_header(token)])
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+async def receive_all(communicator, timeout=1.0):
+    # receive_nothing (unlike a timed-out receive) leaves the application running.
+    out = []
+    while not await communicator.receive_nothing(timeout=timeout):
+        out.append(await communicator.receive_json_from(timeout=5))
+    return out
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_anonymous_and_other_users_are_refused(settings, tmp_path):
+    _, run, _ = await sync_to_async(setup_run)()
+    anonymous = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=[ORIGIN])
+    connected, _ = await anonymous.connect()
+    assert not connected
+    _, _, bob_token = await sync_to_async(lambda: (None, None, ApiToken.issue(
+        get_user_model().objects.create_user("bob2", password="bob-password-1"), "t")[1]))()
+    communicator, connected, _ = await connect(run, bob_token)
+    assert not connected
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_staff_may_watch_any_run():
+    _, run, _ = await sync_to_async(setup_run)()
+    staff_token = await sync_to_async(lambda: ApiToken.issue(get_user_model().objects.create_user(
+        "staff2", password="staff-password-1", is_staff=True), "t")[1])()
+    communicator, connected, _ = await connect(run, staff_token)
+    assert connected
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_replay_then_stream_with_since_and_no_event_twice():
+    _, run, token = await sync_to_async(setup_run)()
+    events = [step_event(1), problem_event(1), step_event(2), problem_event(2), step_event(3)]
+    for seq, e in enumerate(events[:4]):
+        await sync_to_async(ingest_event)(run, e, seq=seq)
+
+    communicator, connected, _ = await connect(run, token, "?since=1")
+    assert connected
+    replayed = await receive_all(communicator, timeout=0.5)
+    assert [(m["event"], m["step"], m["seq"]) for m in replayed] == [("step", 2, 2), ("problem", 2, 3)]
+    assert all(m["run_id"] == run.pk for m in replayed)
+
+    # A re-broadcast of an already replayed line (the replay/stream seam) is not sent again.
+    await sync_to_async(ingest_event)(run, events[3], seq=3)  # stored before: no broadcast
+    from webapp.runs.services import broadcast_event
+    await sync_to_async(broadcast_event)(run.pk, {**events[3], "run_id": run.pk, "seq": 3})
+    await sync_to_async(ingest_event)(run, events[4], seq=4)
+    streamed = await receive_all(communicator, timeout=1.0)
+    assert [(m["event"], m.get("seq")) for m in streamed] == [("step", 4)]
+    await communicator.disconnect()
+
+    everything, connected, _ = await connect(run, token)
+    assert [m["seq"] for m in await receive_all(everything, timeout=0.5)] == [0, 1, 2, 3, 4]
+    await everything.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_bad_since_refuses_the_handshake():
+    _, run, token = await sync_to_async(setup_run)()
+    communicator, connected, _ = await connect(run, token, "?since=abc")
+    assert not connected
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_after_seq_resumes_exactly_where_a_dropped_page_left_off():
+    _, run, token = await sync_to_async(setup_run)()
+    for seq, e in enumerate([step_event(1), problem_event(1), problem_event(1, "add-1")]):
+        await sync_to_async(ingest_event)(run, e, seq=seq)
+    communicator, connected, _ = await connect(run, token, "?since=1&after=1")
+    assert connected
+    assert [(m["seq"], m["problem_id"]) for m in await receive_all(communicator, timeout=0.5)] == [(2, "add-1")]
+    await communicator.disconnect()

@@ -1,0 +1,212 @@
+"""``/api/runs`` and ``/api/presets`` (mounted by webapp/api.py). Shapes: DESIGN.md "Web" table."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from django.http import HttpRequest, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from ninja import Field, Router, Schema
+from ninja.errors import HttpError
+from ninja.responses import Status
+
+from training.config import ConfigError
+
+from . import queries, services
+from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
+from .models import Checkpoint, Run, TransitionError
+from .presets import presets
+
+router = Router(tags=["runs"])
+presets_router = Router(tags=["runs"])
+
+
+class RunIn(Schema):
+    name: str
+    problem_set: int
+    config: dict[str, Any] = Field(default_factory=dict,
+                                   description="run config without `problems`, merged over the defaults")
+
+
+class RunCreated(Schema):
+    id: int
+    status: str
+
+
+class Error(Schema):
+    detail: str
+    field: str | None = None
+
+
+class StatusOut(Schema):
+    status: str
+
+
+class RunItem(Schema):
+    id: int
+    name: str
+    status: str
+    step: int
+    steps: int
+    problem_set: int | None
+    created: str | None
+    finished: str | None
+
+
+class RunOut(Schema):
+    id: int
+    name: str
+    status: str
+    error: str | None
+    step: int
+    steps: int
+    problem_set: int | None
+    latest: dict[str, Any]
+    evals: list[dict[str, Any]]
+    created: str | None
+    started: str | None
+    finished: str | None
+    resume_count: int
+
+
+class MetricOut(Schema):
+    step: int
+    metrics: dict[str, Any]
+    time: float | None = None
+
+
+class ProblemOut(Schema):
+    problem_id: str
+    split: str
+    pass_rate: float
+    history: list[list[float]]
+    zero_variance_groups: int
+
+
+class CandidateOut(Schema):
+    step: int
+    index: int
+    code: str
+    reward: float | None
+    rewards: dict[str, Any]
+    passed: bool
+    outcome: str
+    result: dict[str, Any]
+
+
+class CheckpointOut(Schema):
+    id: int
+    step: int
+    kind: str
+    path: str
+    size_bytes: int
+    download_url: str
+
+
+class PresetOut(Schema):
+    name: str
+    title: str
+    description: str = ""
+    config: dict[str, Any]
+
+
+def _user(request: HttpRequest):
+    return request.auth if hasattr(request.auth, "is_authenticated") else request.user
+
+
+def _run(request: HttpRequest, run_id: int) -> Run:
+    return get_object_or_404(Run.objects.visible_to(_user(request)), pk=run_id)
+
+
+@router.post("", response={201: RunCreated, 400: Error}, summary="Create and launch a run")
+def create_run(request: HttpRequest, payload: RunIn):
+    from webapp.problems.models import ProblemSet
+
+    user = _user(request)
+    problem_set = ProblemSet.objects.visible_to(user).filter(pk=payload.problem_set).first()
+    if problem_set is None:
+        return Status(400, {"detail": f"problem_set: no problem set {payload.problem_set} of yours",
+                            "field": "problem_set"})
+    try:
+        run = services.create_run(user, payload.name, problem_set, payload.config)
+    except ConfigError as exc:
+        return Status(400, {"detail": str(exc), "field": exc.field})
+    return Status(201, {"id": run.pk, "status": run.status})
+
+
+@router.get("", response=list[RunItem], summary="Your runs (staff: everyone's)")
+def list_runs(request: HttpRequest):
+    return [queries.run_list_item(r) for r in Run.objects.visible_to(_user(request)).order_by("-created")]
+
+
+@router.get("/{int:run_id}", response=RunOut, summary="A run: status, progress, latest metrics, evals")
+def get_run(request: HttpRequest, run_id: int):
+    return queries.run_summary(_run(request, run_id))
+
+
+@router.get("/{int:run_id}/metrics", response=list[MetricOut], summary="Metrics of every step, by step")
+def get_metrics(request: HttpRequest, run_id: int):
+    return queries.metrics(_run(request, run_id))
+
+
+@router.get("/{int:run_id}/problems", response=list[ProblemOut], summary="Per-problem pass rates and history")
+def get_problems(request: HttpRequest, run_id: int):
+    return queries.problems(_run(request, run_id))
+
+
+@router.get("/{int:run_id}/problems/{path:problem_id}/candidates", response=list[CandidateOut],
+            summary="Candidates of one problem (problem_id URL-encoded; may contain '/')")
+def get_candidates(request: HttpRequest, run_id: int, problem_id: str,
+                   status: Literal["failed", "passed"] | None = None, step: int | None = None):
+    return queries.candidates(_run(request, run_id), problem_id, status=status, step=step)
+
+
+@router.post("/{int:run_id}/cancel", response={200: StatusOut, 409: Error}, summary="Cooperative stop")
+def cancel(request: HttpRequest, run_id: int):
+    try:
+        return Status(200, {"status": services.cancel_run(_run(request, run_id))})
+    except TransitionError as exc:
+        return Status(409, {"detail": str(exc)})
+
+
+@router.post("/{int:run_id}/resume", response={200: StatusOut, 409: Error},
+             summary="Continue a failed or cancelled run from its last checkpoint")
+def resume(request: HttpRequest, run_id: int):
+    try:
+        run = services.resume_run(_run(request, run_id))
+    except TransitionError as exc:
+        return Status(409, {"detail": str(exc)})
+    return Status(200, {"status": run.status})
+
+
+@router.get("/{int:run_id}/checkpoints", response=list[CheckpointOut], summary="Checkpoints with download links")
+def get_checkpoints(request: HttpRequest, run_id: int):
+    return queries.checkpoints(_run(request, run_id))
+
+
+@router.get("/{int:run_id}/checkpoints/{int:checkpoint_id}/download",
+            summary="The checkpoint's Hugging Face directory as a streamed .tar.gz")
+def download_checkpoint(request: HttpRequest, run_id: int, checkpoint_id: int):
+    run = _run(request, run_id)
+    checkpoint = get_object_or_404(Checkpoint, run=run, pk=checkpoint_id)
+    try:
+        directory = resolve_checkpoint_dir(run, checkpoint.path)
+        chunks = stream_tar_gz(directory)
+        first = next(chunks)  # path and symlink checks happen before the response starts
+    except FileNotFoundError as exc:
+        raise HttpError(404, str(exc)) from None
+    except PermissionError as exc:
+        raise HttpError(403, str(exc)) from None
+
+    def body():
+        yield first
+        yield from chunks
+
+    filename = f"run-{run.pk}-{checkpoint.kind}-step-{checkpoint.step}.tar.gz"
+    response = StreamingHttpResponse(body(), content_type="application/gzip")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@presets_router.get("", response=list[PresetOut], summary="Named run configs for the new-run form")
+def list_presets(request: HttpRequest):
+    return presets()

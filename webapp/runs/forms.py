@@ -1,0 +1,200 @@
+"""The new-run form, generated from ``training.config.json_schema()`` (defaults, bounds, choices, help).
+
+Field names are the dotted config keys (``ppo.clip_range``), so a ``ConfigError`` from the training
+config lands on the field it names. A nullable section (``model.lora``) gets a checkbox.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from django import forms
+
+from training.config import ConfigError, json_schema
+
+from .services import validate_config
+
+GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
+    ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
+    ("Reward", "reward"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
+]
+SKIP = {"problems"}  # comes from the problem set
+
+
+def _group_of(name: str) -> str:
+    best = max((p for _, p in GROUPS if name == p or name.startswith(p + ".")), key=len)
+    return next(title for title, p in GROUPS if p == best)
+
+
+def _bounds_text(s: dict) -> str:
+    parts = []
+    for key, sym in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
+        if key in s:
+            parts.append(f"{sym} {s[key]}")
+    return ", ".join(parts)
+
+
+class ListOrStringField(forms.CharField):
+    """A list of strings as JSON (``["\\ndef ", "\\nclass "]``); for ``target_modules`` a bare string too."""
+
+    def __init__(self, *, allow_string: bool, nullable: bool, **kwargs):
+        self.allow_string, self.nullable = allow_string, nullable
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, (list, tuple)):
+            return json.dumps(list(value))
+        return "" if value is None else value
+
+    def to_python(self, value):
+        text = (value or "").strip()
+        if not text:
+            if self.nullable:
+                return None
+            raise forms.ValidationError("required")
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except ValueError as exc:
+                raise forms.ValidationError(f"not a JSON list of strings: {exc}") from None
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise forms.ValidationError('must be a JSON list of strings, e.g. ["q_proj", "v_proj"]')
+            return items
+        if self.allow_string:
+            return text
+        raise forms.ValidationError('must be a JSON list of strings such as ["\\n\\n"], or empty for the default')
+
+
+def _leaf_field(schema: dict, label: str) -> forms.Field:
+    help_text = schema.get("description", "")
+    bounds = _bounds_text(schema)
+    if bounds:
+        help_text += f" ({bounds})"
+    common = {"label": label, "help_text": help_text}
+    types = schema.get("type")
+    nullable = isinstance(types, list) and "null" in types
+    base = [t for t in types if t != "null"][0] if isinstance(types, list) else types
+    if "anyOf" in schema:  # lists of strings (stop, target_modules)
+        branches = [b.get("type") for b in schema["anyOf"]]
+        return ListOrStringField(allow_string="string" in branches, nullable="null" in branches, required=False,
+                                 **common)
+    if "enum" in schema:
+        return forms.ChoiceField(choices=[(c, c) for c in schema["enum"]], **common)
+    if base == "boolean":
+        return forms.BooleanField(required=False, **common)
+    attrs = {}
+    if "minimum" in schema:
+        attrs["min"] = schema["minimum"]
+    if "maximum" in schema:
+        attrs["max"] = schema["maximum"]
+    if base == "integer":
+        return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), **common)
+    if base == "number":
+        return forms.FloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
+                                **common)
+    return forms.CharField(required=not nullable, **common)
+
+
+def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[str, forms.Field, Any]]:
+    """[(dotted name, field, default)] for every leaf of the config schema (and nullable sections)."""
+    schema = schema or json_schema()
+    out = []
+    for key, s in schema["properties"].items():
+        name = f"{prefix}{key}"
+        if name in SKIP:
+            continue
+        if s.get("type") == "object":
+            out += config_fields(s, name + ".")
+            continue
+        obj = next((b for b in s.get("anyOf", []) if b.get("type") == "object"), None)
+        if obj is not None:  # a section that may be null: a checkbox, then its fields
+            switch = forms.BooleanField(required=False, label=f"use {s.get('title', key)}",
+                                        help_text=s.get("description", ""))
+            switch.is_section = True
+            out.append((name, switch, s.get("default") is not None))
+            out += config_fields(obj, name + ".")
+            continue
+        out.append((name, _leaf_field(s, s.get("title", key)), s.get("default")))
+    return out
+
+
+@functools.cache
+def nullable_sections() -> frozenset[str]:
+    return frozenset(name for name, field, _ in config_fields() if getattr(field, "is_section", False))
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    """{"ppo": {"clip_range": 0.2}} -> {"ppo.clip_range": 0.2}; a null section -> {"model.lora": False}."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out[name] = True  # a section switch, where the form has one
+            out.update(flatten(value, name + "."))
+        elif value is None and name in nullable_sections():
+            out[name] = False
+        else:
+            out[name] = value
+    return out
+
+
+class RunForm(forms.Form):
+    name = forms.CharField(max_length=200, help_text="A name to find the run by.")
+    problem_set = forms.ModelChoiceField(queryset=None, help_text="Problems to train on (train split) and "
+                                                                  "evaluate on (heldout split).")
+
+    def __init__(self, *args, user, initial_config: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        from webapp.problems.models import ProblemSet
+
+        self.fields["problem_set"].queryset = ProblemSet.objects.visible_to(user).order_by("-created")
+        initial = flatten(initial_config or {})
+        self.sections = set()
+        self.defaults = {}
+        for name, field, default in config_fields():
+            self.fields[name] = field
+            self.defaults[name] = default
+            self.initial.setdefault(name, initial.get(name, default))
+            if getattr(field, "is_section", False):
+                self.sections.add(name)
+        self.config: dict | None = None
+
+    def groups(self) -> list[tuple[str, list]]:
+        grouped: dict[str, list] = {title: [] for title, _ in GROUPS}
+        for name in self.fields:
+            if "." in name:
+                grouped[_group_of(name)].append(self[name])
+        return [(title, fields) for title, fields in grouped.items() if fields]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        config: dict = {}
+        for name in self.fields:
+            if "." not in name:
+                continue
+            if any(name.startswith(section + ".") for section in self.sections if not cleaned.get(section)):
+                continue  # fields of a switched-off section
+            if name in self.sections:
+                if not cleaned.get(name):
+                    _set(config, name, None)
+                continue
+            _set(config, name, cleaned.get(name))
+        try:
+            self.config = validate_config(config)
+        except ConfigError as exc:
+            if exc.field in self.fields:
+                self.add_error(exc.field, exc.message)
+            else:
+                self.add_error(None, str(exc))
+        return cleaned
+
+
+def _set(config: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value

@@ -1,0 +1,51 @@
+"""Named run configs offered by the new-run form and ``GET /api/presets``.
+
+Each config is a partial run config (without ``problems``) merged over the training defaults, so a
+preset only says what differs from them. Every preset is validated by the tests.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+
+
+def presets() -> list[dict]:
+    return [
+        {
+            "name": "cpu-demo",
+            "title": "CPU demo — tiny model",
+            "description": "The ≈1M-parameter tiny model on CPU: a few minutes, watch rewards and pass@1 move.",
+            "config": {
+                "model": {"name_or_path": str(settings.MODELS_DIR / "tiny"), "dtype": "float32",
+                          "lora": {"r": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": "all-linear"}},
+                "sampling": {"problems_per_step": 8, "candidates_per_problem": 8, "max_new_tokens": 64,
+                             "temperature": 1.0, "top_p": 1.0, "top_k": 0, "prompt_style": "completion"},
+                "ppo": {"learning_rate": 1e-3, "kl_coef": 0.02, "clip_range": 0.2, "micro_batch_size": 64,
+                        "advantage": "grpo"},
+                "train": {"steps": 20, "seed": 0, "eval_every": 5, "eval_samples": 4, "checkpoint_every": 10},
+                "sandbox": {"backend": "process", "workers": 2},
+            },
+        },
+        {
+            "name": "qwen3.5-9b-lora-80gb",
+            "title": "Qwen3.5-9B LoRA on one 80 GB GPU",
+            "description": "bfloat16 base, LoRA r 16 on all linear layers, gradient checkpointing; "
+                           "KL-anchored warm-up, then the configured learning rate.",
+            "config": {
+                "model": {"name_or_path": "Qwen/Qwen3.5-9B", "dtype": "bfloat16", "gradient_checkpointing": True,
+                          "lora": {"r": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": "all-linear"}},
+                "sampling": {"problems_per_step": 32, "candidates_per_problem": 8, "max_new_tokens": 512,
+                             "temperature": 1.0, "top_p": 1.0, "top_k": 0, "prompt_style": "chat"},
+                "ppo": {"learning_rate": 1e-5, "kl_coef": 0.04, "kl_estimator": "k3", "clip_range": 0.2,
+                        "clip_range_high": 0.28, "micro_batch_size": 8, "max_grad_norm": 1.0, "advantage": "grpo"},
+                "schedule": {"warmup": "stable_then_fast", "warmup_steps": 10, "lr_decay": "cosine",
+                             "min_lr_factor": 0.1},
+                "train": {"steps": 200, "eval_every": 20, "eval_samples": 8, "checkpoint_every": 50,
+                          "save_merged": True},
+                "sandbox": {"backend": "process", "workers": 16},
+            },
+        },
+    ]
+
+
+def get_preset(name: str) -> dict | None:
+    return next((p for p in presets() if p["name"] == name), None)

@@ -1,0 +1,134 @@
+"""Read side of runs: the JSON shapes of DESIGN.md's API table, shared by the API and the pages."""
+from __future__ import annotations
+
+import json
+
+from django.db.models import Count
+
+from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
+
+# Outcomes of an execution, grouped for the sandbox-health panel: the first group is the sandbox's
+# (or the machine's) fault, the others are the candidate's.
+INFRASTRUCTURE = ("killed", "memory", "output_limit")
+OUTCOME_LABELS = {
+    "passed": "passed", "failed": "wrong answer", "error": "runtime error", "syntax_error": "syntax error",
+    "timeout": "timeout", "memory": "memory limit", "output_limit": "output limit", "killed": "killed",
+}
+
+
+def iso(dt) -> str | None:
+    return dt.isoformat() if dt else None
+
+
+def run_summary(run: Run) -> dict:
+    latest = run.step_metrics.order_by("-step").first()
+    return {
+        "id": run.pk, "name": run.name, "status": run.status, "error": run.error or None,
+        "step": run.step, "steps": run.steps,
+        "problem_set": run.problem_set_id,
+        "latest": {"step": latest.step if latest else None, "metrics": latest.metrics if latest else {}},
+        "evals": evals(run),
+        "created": iso(run.created), "started": iso(run.started), "finished": iso(run.finished),
+        "resume_count": run.resume_count,
+    }
+
+
+def run_list_item(run: Run) -> dict:
+    return {"id": run.pk, "name": run.name, "status": run.status, "step": run.step, "steps": run.steps,
+            "problem_set": run.problem_set_id, "created": iso(run.created), "finished": iso(run.finished)}
+
+
+def evals(run: Run) -> list[dict]:
+    return [{"step": e.step, "split": e.split, "pass@1": e.pass_at_1, "pass@k": e.pass_at_k}
+            for e in Eval.objects.filter(run=run).order_by("step", "id")]
+
+
+def metrics(run: Run) -> list[dict]:
+    rows = StepMetric.objects.filter(run=run).order_by("step").values_list("step", "metrics", "time")
+    return [{"step": step, "metrics": m, "time": t} for step, m, t in rows]
+
+
+def problems(run: Run) -> list[dict]:
+    return [{"problem_id": pid, "split": split, "pass_rate": rate, "history": history, "zero_variance_groups": zv}
+            for pid, split, rate, history, zv in ProblemStat.objects.filter(run=run).order_by("problem_id")
+            .values_list("problem_id", "split", "pass_rate", "history", "zero_variance_groups")]
+
+
+def complete_tests(result: dict) -> list[dict]:
+    """The result's tests, plus ``passed: false`` entries for tests counted in tests_total that never ran."""
+    tests = [t for t in (result.get("tests") or []) if isinstance(t, dict)]
+    total = result.get("tests_total")
+    if isinstance(total, int) and total > len(tests):
+        reason = f"not run: the program ended with {result.get('status', 'an error')} first"
+        tests += [{"name": f"test {i + 1}", "passed": False, "error": reason, "time_s": 0.0}
+                  for i in range(len(tests), total)]
+    return [{**t, "passed": bool(t.get("passed"))} for t in tests]
+
+
+def candidates(run: Run, problem_id: str, *, status: str | None = None, step: int | None = None) -> list[dict]:
+    qs = Candidate.objects.filter(run=run, problem_id=problem_id)
+    if status == "passed":
+        qs = qs.filter(passed=True)
+    elif status == "failed":
+        qs = qs.filter(passed=False)
+    if step is not None:
+        qs = qs.filter(step=step)
+    out = []
+    for c in qs.order_by("-step", "index"):
+        result = dict(c.result)
+        result["tests"] = complete_tests(result)
+        out.append({"step": c.step, "index": c.index, "code": c.code, "reward": c.reward, "rewards": c.rewards,
+                    "passed": c.passed, "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
+                    "result": result})
+    return out
+
+
+def checkpoints(run: Run) -> list[dict]:
+    return [{"id": c.pk, "step": c.step, "kind": c.kind, "path": c.path, "size_bytes": c.size_bytes,
+             "download_url": f"/api/runs/{run.pk}/checkpoints/{c.pk}/download"}
+            for c in Checkpoint.objects.filter(run=run).order_by("step", "kind")]
+
+
+def sandbox_health(run: Run) -> dict:
+    """Candidate outcomes split into infrastructure failures and the candidates' own failures."""
+    by_status = Candidate.objects.filter(run=run).values("status").annotate(n=Count("id"))
+    counts = {row["status"]: row["n"] for row in by_status}
+    return {"counts": counts, "total": sum(counts.values()),
+            "infrastructure": sum(counts.get(s, 0) for s in INFRASTRUCTURE),
+            "wrong_answer": counts.get("failed", 0),
+            "errors": counts.get("error", 0) + counts.get("syntax_error", 0),
+            "timeouts": counts.get("timeout", 0), "passed": counts.get("passed", 0)}
+
+
+def headline(run_evals: list[dict], split: str = "heldout") -> dict | None:
+    """First and latest pass@1 on ``split``: {"before", "after", "delta"} in percent points."""
+    points = [e for e in run_evals if e["split"] == split and e["pass@1"] is not None]
+    if not points:
+        return None
+    before, after = points[0]["pass@1"] * 100, points[-1]["pass@1"] * 100
+    return {"split": split, "before": round(before), "after": round(after), "delta": round(after) - round(before),
+            "before_step": points[0]["step"], "after_step": points[-1]["step"]}
+
+
+# ---- the run page's embedded state, spliced from the stored JSON text -----------------------------
+# Decoding thousands of JSON cells only to encode them again was most of the run page's server time;
+# the database already holds each cell as JSON text, so it is copied through as is.
+
+def _raw(field: str):
+    from django.db.models import TextField
+    from django.db.models.functions import Cast
+
+    return Cast(field, TextField())
+
+
+def metrics_json(run: Run) -> str:
+    rows = StepMetric.objects.filter(run=run).order_by("step").values_list("step", _raw("metrics"), "time")
+    return "[" + ",".join(f'{{"step":{s},"metrics":{m},"time":{json.dumps(t)}}}' for s, m, t in rows) + "]"
+
+
+def problems_json(run: Run) -> str:
+    rows = (ProblemStat.objects.filter(run=run).order_by("problem_id")
+            .values_list("problem_id", "split", "pass_rate", _raw("history"), "zero_variance_groups"))
+    return "[" + ",".join(
+        f'{{"problem_id":{json.dumps(pid)},"split":{json.dumps(split)},"pass_rate":{json.dumps(rate)},'
+        f'"history":{history},"zero_variance_groups":{zv}}}' for pid, split, rate, history, zv in rows) + "]"

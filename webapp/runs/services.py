@@ -1,0 +1,296 @@
+"""Run workflows (zulip style: ``verb_noun()`` writes, then notifies).
+
+- ``create_run``: merge the user's config over the training defaults, validate it with
+  ``training.config`` (a ``ConfigError`` names the dotted field), write the run dir (``run.yaml`` and
+  the run's own ``problems.jsonl``), enqueue the supervisor task.
+- ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
+- ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
+  the read models and broadcast it to the channel group ``run-<id>``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import uuid
+from functools import lru_cache
+from pathlib import Path
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from training.config import ConfigError, RunConfig, config_from_dict, config_to_dict, save_config
+
+from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
+
+log = logging.getLogger("crucible.runs")
+
+EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done")
+FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+def group_name(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+# ---- config ---------------------------------------------------------------------------------------
+
+
+def default_config() -> dict:
+    return config_to_dict(RunConfig())
+
+
+def merge_config(base: dict, overrides: dict) -> dict:
+    """``overrides`` deep-merged over ``base``; a value that is not a mapping (``null`` too) replaces."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def validate_config(config: dict) -> dict:
+    """The full merged config (as a plain dict) for user overrides ``config``; raises ConfigError."""
+    if not isinstance(config, dict):
+        raise ConfigError("config", f"must be a mapping of sections (model, sampling, ppo, ...); got {config!r}")
+    if "problems" in config:
+        raise ConfigError("problems", "is set from the run's problem set; leave it out of the config")
+    merged = merge_config(default_config(), config)
+    merged["problems"] = "problems.jsonl"  # placeholder: the real path exists once the run dir does
+    return config_to_dict(config_from_dict(merged))
+
+
+# ---- lifecycle ------------------------------------------------------------------------------------
+
+
+def create_run(owner, name: str, problem_set, config: dict) -> Run:
+    """Validate, create the run and its directory, and enqueue its supervisor (after commit).
+
+    Raises ``ConfigError`` naming the field (``name``, ``problem_set`` or a dotted config key).
+    """
+    name = (name or "").strip()
+    if not name:
+        raise ConfigError("name", "must not be empty")
+    if len(name) > 200:
+        raise ConfigError("name", f"must be at most 200 characters; got {len(name)}")
+    if problem_set is None:
+        raise ConfigError("problem_set", "is required: choose one of your problem sets")
+    if not problem_set.problems.filter(split="train").exists():
+        raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split; "
+                                         "upload problems with split: train")
+    full = validate_config(config)
+    from webapp.problems.services import write_problems_jsonl
+
+    with transaction.atomic():
+        run = Run.objects.create(owner=owner, name=name, problem_set=problem_set, config=full,
+                                 steps=full["train"]["steps"], celery_task_id=uuid.uuid4().hex)
+        run_dir = Path(settings.RUNS_DIR) / str(run.pk)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        problems_path = write_problems_jsonl(problem_set, run_dir / "problems.jsonl")
+        full["problems"] = str(Path(problems_path).resolve())
+        save_config(config_from_dict(full), run_dir / "run.yaml")
+        run.config, run.run_dir = full, str(run_dir.resolve())
+        run.save(update_fields=["config", "run_dir"])
+        transaction.on_commit(lambda: enqueue_run(run))
+    notify_status(run)
+    return run
+
+
+def enqueue_run(run: Run) -> None:
+    from .tasks import supervise
+
+    supervise.apply_async(args=[run.pk], task_id=run.celery_task_id, queue="gpu")
+
+
+def cancel_run(run: Run) -> str:
+    """Cooperative stop (the supervisor sends SIGTERM; the trainer checkpoints and writes done)."""
+    status = run.request_cancel()
+    notify_status(run)
+    return status
+
+
+def resume_run(run: Run) -> Run:
+    """failed | cancelled -> queued; the trainer is started with ``--resume`` (last checkpoint)."""
+    run.requeue()
+    run.celery_task_id = uuid.uuid4().hex
+    run.save(update_fields=["celery_task_id"])
+    transaction.on_commit(lambda: enqueue_run(run))
+    notify_status(run)
+    return run
+
+
+def finish_run(run: Run, status: str, error: str = "") -> bool:
+    changed = run.finish(status, error)
+    if changed:
+        notify_status(run)
+    return changed
+
+
+# ---- events ---------------------------------------------------------------------------------------
+
+
+def event_step(event: dict) -> int | None:
+    step = event.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, apply_done: bool = True,
+                 broadcast: bool = True) -> bool:
+    """Store line ``seq`` of the run's events.jsonl and broadcast it; False if it was stored before.
+
+    ``offset`` (bytes of the file consumed through this line) is saved with it so a restarted
+    follower continues where this one stopped. ``apply_done=False`` records a ``done`` event
+    without changing the run's status (catching up on a file whose trainer is gone).
+    """
+    kind = str(event.get("event", ""))
+    step = event_step(event)
+    try:
+        with transaction.atomic():
+            if RunEvent.objects.filter(run=run, seq=seq).exists():
+                created = False
+            else:
+                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=event)
+                created = True
+                _apply(run, kind, step, event)
+            updates = {"heartbeat": timezone.now()}
+            if offset is not None:
+                updates.update(events_offset=offset, events_seq=seq + 1)
+                run.events_offset, run.events_seq = offset, seq + 1
+            if created and kind == "step" and step is not None:
+                updates["step"] = run.step = step
+            Run.objects.filter(pk=run.pk).update(**updates)
+    except IntegrityError:  # another follower stored the same line first
+        return False
+    if not created:
+        return False
+    if kind == "done" and apply_done:
+        status = event.get("status")
+        if status not in FINAL_STATUSES:
+            status, error = "failed", f"trainer wrote done with unknown status {status!r}"
+        else:
+            error = event.get("error") or ""
+        finish_run(run, status, error)
+    if kind == "start" and run.status == "running":
+        notify_status(run)
+    if broadcast:
+        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq})
+    return True
+
+
+def _apply(run: Run, kind: str, step: int | None, event: dict) -> None:
+    if kind == "step" and step is not None:
+        metrics = event.get("metrics") if isinstance(event.get("metrics"), dict) else {}
+        StepMetric.objects.update_or_create(run=run, step=step, defaults={"metrics": metrics,
+                                                                          "time": event.get("time")})
+    elif kind == "problem" and step is not None and event.get("problem_id") is not None:
+        _apply_problem(run, step, event)
+    elif kind == "eval" and step is not None:
+        Eval.objects.update_or_create(run=run, step=step, split=str(event.get("split") or "heldout"), defaults={
+            "pass_at_1": event.get("pass@1"), "pass_at_k": event.get("pass@k") or {}, "time": event.get("time")})
+    elif kind == "checkpoint" and isinstance(event.get("path"), str):
+        path = event["path"]
+        Checkpoint.objects.update_or_create(run=run, path=path, defaults={
+            "step": step or 0, "kind": str(event.get("kind") or "adapter"), "size_bytes": directory_size(run, path)})
+
+
+def _apply_problem(run: Run, step: int, event: dict) -> None:
+    problem_id = str(event["problem_id"])
+    candidates = event.get("candidates") if isinstance(event.get("candidates"), list) else []
+    # A resumed run repeats the steps after its last checkpoint: the newer record replaces the older.
+    Candidate.objects.filter(run=run, step=step, problem_id=problem_id).delete()
+    rows = []
+    for index, c in enumerate(candidates):
+        if not isinstance(c, dict):
+            continue
+        result = c.get("result") if isinstance(c.get("result"), dict) else {}
+        status = str(result.get("status") or "")
+        rows.append(Candidate(run=run, step=step, problem_id=problem_id, index=c.get("index", index),
+                              code=str(c.get("code") or ""), reward=c.get("reward"),
+                              rewards=c.get("rewards") or {}, result=result, passed=status == "passed",
+                              status=status[:20]))
+    Candidate.objects.bulk_create(rows)
+    rewards = [c.reward for c in rows if c.reward is not None]
+    zero_variance = event.get("zero_variance")
+    if zero_variance is None:
+        zero_variance = len(rewards) > 1 and max(rewards) - min(rewards) < 1e-9
+    pass_rate = event.get("pass_rate")
+    if not isinstance(pass_rate, (int, float)):
+        pass_rate = sum(c.passed for c in rows) / len(rows) if rows else 0.0
+    stat, _ = ProblemStat.objects.select_for_update().get_or_create(
+        run=run, problem_id=problem_id, defaults={"split": problem_splits(run.run_dir).get(problem_id, "train")})
+    history = [h for h in stat.history if h[0] != step] + [[step, float(pass_rate)]]
+    history.sort(key=lambda h: h[0])
+    zv = [s for s in stat.zero_variance_steps if s != step] + ([step] if zero_variance else [])
+    stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
+    stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
+    stat.save()
+
+
+@lru_cache(maxsize=64)
+def problem_splits(run_dir: str) -> dict[str, str]:
+    """{problem_id: split} from the run's own problems.jsonl (read once per process)."""
+    out: dict[str, str] = {}
+    try:
+        with open(Path(run_dir) / "problems.jsonl", encoding="utf-8") as f:
+            for line in f:
+                try:
+                    p = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(p, dict) and "id" in p:
+                    out[str(p["id"])] = str(p.get("split") or "train")
+    except OSError:
+        pass
+    return out
+
+
+def directory_size(run: Run, relative: str) -> int:
+    """Bytes of the regular files under run_dir/relative (symlinks not followed); 0 when missing."""
+    from .checkpoints import resolve_checkpoint_dir
+
+    try:
+        root = resolve_checkpoint_dir(run, relative)
+    except (FileNotFoundError, PermissionError):
+        return 0
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            if not os.path.islink(os.path.join(dirpath, name)):
+                total += st.st_size
+    return total
+
+
+# ---- broadcast ------------------------------------------------------------------------------------
+
+
+def broadcast_event(run_id: int, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.event", "event": message})
+    except Exception:  # a missing live update must never lose the stored event
+        log.exception("broadcast of run %s event failed", run_id)
+
+
+def notify_status(run: Run) -> None:
+    """Status change: to the run's page (an extra ``status`` message) and the owner's notifications."""
+    run.refresh_from_db(fields=["status", "error", "step", "started", "finished"])
+    payload = {"event": "status", "run_id": run.pk, "status": run.status, "error": run.error or None,
+               "step": run.step, "time": timezone.now().timestamp()}
+    broadcast_event(run.pk, payload)
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(f"user-{run.owner_id}", {"type": "notify", "payload": {
+            "kind": "run", "id": run.pk, "name": run.name, "status": run.status}})
+    except Exception:
+        log.exception("notification for run %s failed", run.pk)

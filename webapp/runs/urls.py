@@ -1,0 +1,13 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/new", views.run_new, name="run-new"),
+    path("runs/compare", views.run_compare, name="run-compare"),
+    path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/cancel", views.run_cancel, name="run-cancel"),
+    path("runs/<int:run_id>/resume", views.run_resume, name="run-resume"),
+    path("runs/<int:run_id>/problems/<path:problem_id>/candidates", views.run_candidates, name="run-candidates"),
+]

@@ -1,0 +1,159 @@
+"""Run pages: list, new (form + presets), detail (live), candidates fragment, compare, cancel/resume."""
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from training.config import ConfigError
+
+from . import queries, services
+from .forms import RunForm, flatten
+from .highlight import highlight_python, pygments_css
+from .models import Run, RunEvent, TransitionError
+from .presets import get_preset, presets
+from .services import merge_config, default_config
+
+
+# As django.utils.html.json_script: the JSON can never close the <script> element it sits in.
+_JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
+
+
+def _run(request: HttpRequest, run_id: int) -> Run:
+    return get_object_or_404(Run.objects.visible_to(request.user).select_related("problem_set", "owner"), pk=run_id)
+
+
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = Run.objects.visible_to(request.user).select_related("problem_set", "owner").order_by("-created")
+    return render(request, "runs/list.html", {"runs": runs})
+
+
+@require_http_methods(["GET", "POST"])
+def run_new(request: HttpRequest) -> HttpResponse:
+    preset = get_preset(request.GET.get("preset", "cpu-demo")) or presets()[0]
+    initial_config = merge_config(default_config(), preset["config"])
+    if request.method == "POST":
+        form = RunForm(request.POST, user=request.user, initial_config=initial_config)
+        if form.is_valid():
+            overrides = {k: v for k, v in form.config.items() if k != "problems"}
+            try:
+                run = services.create_run(request.user, form.cleaned_data["name"], form.cleaned_data["problem_set"],
+                                          overrides)
+            except ConfigError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            else:
+                messages.success(request, f"Run {run.name} queued.")
+                return redirect("run-detail", run_id=run.pk)
+    else:
+        initial = {"name": f"{preset['name']} run"}
+        problem_set = request.GET.get("problem_set", "")
+        if problem_set.isdigit():
+            initial["problem_set"] = int(problem_set)
+        form = RunForm(user=request.user, initial=initial, initial_config=initial_config)
+    flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
+                     "values": flatten(merge_config(default_config(), p["config"]))} for p in presets()]
+    return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset})
+
+
+@require_GET
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(request, run_id)
+    from .supervisor import STALE_AFTER, fail_lost_run, supervisor_is_alive
+
+    if run.status in ("running", "cancelling") and run.heartbeat and not supervisor_is_alive(run):
+        fail_lost_run(run, f"no heartbeat from the worker for more than {int(STALE_AFTER.total_seconds())} s")
+        run.refresh_from_db()
+    run_evals = queries.evals(run)
+    last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
+    state = json.dumps({
+        "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started)},
+        "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
+        "last_seq": -1 if last_seq is None else last_seq,
+    })
+    # The two big arrays are spliced in as stored (see queries.metrics_json).
+    state = state[:-1] + f',"metrics":{queries.metrics_json(run)},"problems":{queries.problems_json(run)}}}'
+    state = mark_safe(state.translate(_JSON_SCRIPT_ESCAPES))
+    return render(request, "runs/detail.html", {
+        "run": run, "state": state, "headline": queries.headline(run_evals), "pygments_css": pygments_css(),
+        "config_summary": _config_summary(run.config), "config_flat": sorted(flatten(run.config).items()),
+    })
+
+
+def _config_summary(config: dict) -> list[tuple[str, str]]:
+    if not config:
+        return []
+    lora = config["model"].get("lora")
+    s, p, t = config["sampling"], config["ppo"], config["train"]
+    return [
+        ("model", f"{config['model']['name_or_path']} ({config['model']['dtype']})"),
+        ("training", f"LoRA r {lora['r']}, alpha {lora['alpha']}" if lora else "full fine-tune"),
+        ("batch", f"{s['problems_per_step']} problems × {s['candidates_per_problem']} candidates, "
+                  f"≤ {s['max_new_tokens']} new tokens, T {s['temperature']}"),
+        ("PPO", f"{p['advantage']}, lr {p['learning_rate']:g}, KL {p['kl_coef']:g} ({p['kl_estimator']}), "
+                f"clip {p['clip_range']:g}"),
+        ("reward weights", ", ".join(f"{k} {v:g}" for k, v in config["reward"]["weights"].items())),
+        ("schedule", f"{t['steps']} steps, eval every {t['eval_every']}, checkpoint every {t['checkpoint_every']}"),
+    ]
+
+
+@require_GET
+def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpResponse:
+    """HTML fragment: a problem's candidates, code highlighted server-side."""
+    run = _run(request, run_id)
+    status = request.GET.get("status") or None
+    if status not in (None, "failed", "passed"):
+        raise Http404("status must be failed or passed")
+    step = request.GET.get("step", "")
+    candidates = queries.candidates(run, problem_id, status=status, step=int(step) if step.isdigit() else None)
+    shown = candidates[:50]
+    for c in shown:
+        c["code_html"] = highlight_python(c["code"])
+        c["rewards_list"] = sorted(c["rewards"].items())
+    return render(request, "runs/_candidates.html", {"run": run, "problem_id": problem_id, "candidates": shown,
+                                                     "total": len(candidates), "status": status or "all"})
+
+
+@require_POST
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(request, run_id)
+    try:
+        services.cancel_run(run)
+    except TransitionError as exc:
+        messages.error(request, str(exc))
+    return redirect("run-detail", run_id=run.pk)
+
+
+@require_POST
+def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _run(request, run_id)
+    try:
+        services.resume_run(run)
+    except TransitionError as exc:
+        messages.error(request, str(exc))
+    return redirect("run-detail", run_id=run.pk)
+
+
+@require_GET
+def run_compare(request: HttpRequest) -> HttpResponse:
+    raw = [x for x in request.GET.get("ids", "").split(",") if x.strip()]
+    if not all(x.strip().isdigit() for x in raw):
+        messages.error(request, f"ids must be run numbers separated by commas, got {request.GET.get('ids')!r}")
+        return redirect("run-list")
+    ids = list(dict.fromkeys(int(x) for x in raw))
+    runs = {r.pk: r for r in Run.objects.visible_to(request.user).filter(pk__in=ids)}
+    missing = [i for i in ids if i not in runs]
+    if missing:
+        raise Http404(f"no run {missing[0]}")
+    ordered = [runs[i] for i in ids]
+    flats = [flatten(r.config) for r in ordered]
+    keys = sorted(set().union(*flats)) if flats else []
+    diff = [(k, [f.get(k) for f in flats]) for k in keys]
+    differing = [(k, values) for k, values in diff if len({repr(v) for v in values}) > 1]
+    series = [{"id": r.pk, "name": r.name, "metrics": queries.metrics(r), "evals": queries.evals(r)} for r in ordered]
+    return render(request, "runs/compare.html", {"runs": ordered, "differing": differing,
+                                                 "same": len(diff) - len(differing), "series": series})
