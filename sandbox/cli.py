@@ -1,0 +1,218 @@
+"""`python -m sandbox run | run-batch | check | bench` (contract in DESIGN.md "CLI").
+
+Exit status: 0 whatever the verdicts (`check`: 1 when a problem fails its check); 2 for usage errors
+and bad input files; 3 when the sandbox itself is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EXIT_USAGE = 2
+EXIT_BROKEN = 3
+
+
+class UsageError(Exception):
+    pass
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"{what} {path}: {e.strerror}") from None
+
+
+def _load_one_problem(path: str):
+    from .problems import Problem, ProblemError, load_problems
+    text = _read_text(path, "--problem")
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        try:
+            return Problem.from_dict(obj)
+        except ProblemError as e:
+            native_error = str(e)
+        else:  # pragma: no cover
+            native_error = ""
+    else:
+        native_error = "not a single JSON object"
+    # Any importable format, as long as the file holds exactly one problem.
+    res = load_problems(path)
+    if len(res.problems) == 1 and not res.errors:
+        return res.problems[0]
+    why = "; ".join(str(e) for e in res.errors[:3]) or native_error
+    raise UsageError(f"--problem {path}: expected one problem ({why})")
+
+
+def _load_problems(path: str, fmt: str = "auto"):
+    from .problems import load_problems
+    try:
+        res = load_problems(path, fmt)
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+    except ValueError as e:
+        raise UsageError(f"{path}: {e}") from None
+    for err in res.errors:
+        print(f"warning: {path}: {err}", file=sys.stderr)
+    return res
+
+
+def _limits_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="process", help="process (default) or docker")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="time limit in seconds (default: each problem's time_limit_s)")
+    p.add_argument("--memory-mb", type=int, default=None, metavar="M",
+                   help="memory limit in MB (default: each problem's memory_limit_mb)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandbox",
+                                     description="Run untrusted candidate programs against problems.")
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    run = sub.add_parser("run", help="run one candidate, print one result")
+    run.add_argument("--problem", required=True, metavar="P.json", help="one problem (native JSON)")
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--code", metavar="C.py", help="a whole program")
+    src.add_argument("--completion", metavar="C.txt", help="appended to the problem's prompt")
+    run.add_argument("--mode", choices=("warm", "cold"), default=None,
+                     help="process backend: cold (default for one run: nothing to reuse) or warm")
+    _limits_args(run)
+
+    batch = sub.add_parser("run-batch", help="run a JSONL file of candidates")
+    batch.add_argument("--problems", required=True, metavar="FILE")
+    batch.add_argument("--candidates", required=True, metavar="FILE.jsonl",
+                       help='lines {"problem_id": ..., "code"|"completion"|"reply": ...}')
+    batch.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="parallel sandboxes (default: CPU count)")
+    batch.add_argument("--mode", choices=("warm", "cold"), default="warm")
+    batch.add_argument("--format", default="auto", help="problem file format (default auto)")
+    _limits_args(batch)
+
+    check = sub.add_parser("check", help="reference solutions must pass, empty ones must fail")
+    check.add_argument("file", metavar="FILE")
+    check.add_argument("--format", default="auto",
+                       choices=("auto", "native", "humaneval", "mbpp", "apps", "codecontests"))
+    check.add_argument("--backend", default="process")
+    check.add_argument("--workers", type=int, default=None, metavar="N")
+    check.add_argument("--mode", choices=("warm", "cold"), default="warm")
+
+    bench = sub.add_parser("bench", help="measure throughput (benchmarks/sandbox_bench.py)")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
+    return parser
+
+
+def _print(obj) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def cmd_run(a) -> int:
+    from .runner import Candidate, Runner
+    problem = _load_one_problem(a.problem)
+    cand = Candidate(problem_id=problem.id,
+                     code=_read_text(a.code, "--code") if a.code else None,
+                     completion=_read_text(a.completion, "--completion") if a.completion else None)
+    mode = a.mode or ("cold" if a.backend == "process" else "warm")
+    with Runner(backend=a.backend, workers=1, mode=mode, timeout_s=a.timeout,
+                memory_mb=a.memory_mb) as runner:
+        res = runner.run_one(problem, cand)
+    _print(res.to_dict())
+    return 0
+
+
+def _read_candidates(path: str, problem_ids: set[str]):
+    from .runner import Candidate
+    cands = []
+    text = _read_text(path, "--candidates")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise UsageError(f"{path} line {lineno}: not JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{path} line {lineno}: expected an object")
+        pid = obj.get("problem_id")
+        if not isinstance(pid, (str, int)) or str(pid) not in problem_ids:
+            raise UsageError(f"{path} line {lineno}: problem_id {pid!r} is not in the problems file")
+        given = [k for k in ("code", "completion", "reply") if obj.get(k) is not None]
+        if len(given) != 1 or not isinstance(obj[given[0]], str):
+            raise UsageError(f"{path} line {lineno}: needs exactly one string field of "
+                             f"code, completion, reply (got {', '.join(given) or 'none'})")
+        cands.append(Candidate(problem_id=str(pid), **{given[0]: obj[given[0]]}))
+    return cands
+
+
+def cmd_run_batch(a) -> int:
+    from .runner import Runner, summarize
+    res = _load_problems(a.problems, a.format)
+    problems = {p.id: p for p in res.problems}
+    cands = _read_candidates(a.candidates, set(problems))
+    if a.workers is not None and a.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    with Runner(backend=a.backend, workers=a.workers, mode=a.mode, timeout_s=a.timeout,
+                memory_mb=a.memory_mb) as runner:
+        t0 = time.monotonic()
+        results = runner.run_batch(problems, cands)
+        wall = time.monotonic() - t0
+    isolation = next((r.isolation for r in results if r.isolation != "none"), "none")
+    for i, (cand, r) in enumerate(zip(cands, results)):
+        _print({**r.to_dict(), "problem_id": cand.problem_id, "candidate_index": i})
+    _print({"summary": {**summarize(results, wall, isolation), "mode": a.mode,
+                        "workers": runner.workers}})
+    return 0
+
+
+def cmd_check(a) -> int:
+    from .checks import check_problems
+    res = _load_problems(a.file, a.format)
+    if not res.problems and not res.errors:
+        raise UsageError(f"{a.file}: no problems in the file")
+    rows = check_problems(res.problems, backend=a.backend, workers=a.workers, mode=a.mode)
+    passed = 0
+    for row in rows:
+        _print(row)
+        passed += row["reference_passed"] and row["empty_failed"]
+    failed = len(rows) - passed
+    print(f"{passed} passed, {failed} failed" +
+          (f" ({len(res.errors)} line(s) could not be imported)" if res.errors else ""))
+    return 1 if failed or res.errors else 0
+
+
+def cmd_bench(a) -> int:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "benchmarks"))
+    import sandbox_bench  # noqa: E402
+    return sandbox_bench.main(a.args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # everything after `bench` belongs to the benchmark's own parser
+        a = argparse.Namespace(verb="bench", args=argv[1:])
+    else:
+        a = parser.parse_args(argv)
+    from .backends.base import SandboxUnavailable, WorkerBroken
+    try:
+        return {"run": cmd_run, "run-batch": cmd_run_batch, "check": cmd_check,
+                "bench": cmd_bench}[a.verb](a)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as e:  # bad limit values, unknown backend
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (SandboxUnavailable, WorkerBroken, OSError) as e:
+        print(f"error: the sandbox is broken: {e}", file=sys.stderr)
+        return EXIT_BROKEN
