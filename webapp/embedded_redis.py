@@ -96,8 +96,10 @@ def ensure_embedded_redis(data_dir: Path) -> str:
         port = _free_port()
         port_file.write_text(str(port))
         args += ["--port", str(port), "--bind", "127.0.0.1"]
+    # Own session: a terminal's Ctrl-C reaches the launcher, which stops Redis after the workers
+    # (not before them); PR_SET_PDEATHSIG still takes it down if its owner is killed outright.
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent, start_new_session=True)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if (use_unix and _ping_unix(sock)) or (not use_unix and _ping_tcp(port)):

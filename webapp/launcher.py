@@ -108,6 +108,9 @@ def main() -> int:
             return 130
         children = start_children(env, port)
         _say(f"Crucible is up: http://127.0.0.1:{port}/  (Ctrl-C stops everything)")
+        password_file = data_dir / "admin-password.txt"
+        if password_file.exists():
+            _say(f"log in as admin; the password is in {password_file}")
         while not stopping:
             for name, proc in children:
                 if proc.poll() is not None:

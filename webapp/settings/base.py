@@ -133,6 +133,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}  # long runs must not be redelivered
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A run supervisor survives a broker reconnect; a redelivered copy finds the run owned and stops.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
 RUNS_DIR = DATA_DIR / "runs"
 MODELS_DIR = DATA_DIR / "models"
