@@ -1,0 +1,83 @@
+"""Shared fixtures for training tests: a tiny Qwen3 model built once per session, small problem sets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _few_threads():
+    # the test machine is small and shared; more threads only add contention on tiny matrices
+    torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """T1's tiny Qwen3 (random init, no warm start: tests need a model, not a good one)."""
+    from training.tiny_model import build_tiny_model
+
+    return Path(build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0))
+
+
+PROBLEMS = [
+    {"id": "add", "kind": "function", "prompt": "def add(a, b):\n", "entry_point": "add",
+     "tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+     "reference_solution": "def add(a, b):\n    return a + b\n", "split": "train"},
+    {"id": "sub", "kind": "function", "prompt": "def sub(a, b):\n", "entry_point": "sub",
+     "tests": ["assert sub(3, 2) == 1", "assert sub(0, 4) == -4"],
+     "reference_solution": "def sub(a, b):\n    return a - b\n", "split": "train"},
+    {"id": "neg", "kind": "function", "prompt": "def neg(a):\n", "entry_point": "neg",
+     "tests": ["assert neg(3) == -3"], "reference_solution": "def neg(a):\n    return -a\n", "split": "train"},
+    {"id": "mul", "kind": "function", "prompt": "def mul(a, b):\n", "entry_point": "mul",
+     "tests": ["assert mul(3, 2) == 6", "assert mul(0, 4) == 0"],
+     "reference_solution": "def mul(a, b):\n    return a * b\n", "split": "heldout"},
+]
+
+
+@pytest.fixture
+def problems_file(tmp_path) -> Path:
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    return path
+
+
+def tiny_run_config(model_dir: Path, problems: Path, **sections):
+    """A 2-step run config on the tiny model, small enough for a test; ``sections`` override keys."""
+    from training.config import config_from_dict
+
+    data = {
+        "model": {"name_or_path": str(model_dir)},
+        "problems": str(problems),
+        "sampling": {"problems_per_step": 2, "candidates_per_problem": 4, "max_new_tokens": 16},
+        "ppo": {"learning_rate": 1e-3, "micro_batch_size": 8},
+        "train": {"steps": 2, "eval_every": 0, "eval_samples": 2, "checkpoint_every": 0},
+        "sandbox": {"workers": 2},
+    }
+    for section, values in sections.items():
+        data.setdefault(section, {})
+        if isinstance(values, dict):
+            data[section].update(values)
+        else:
+            data[section] = values
+    return config_from_dict(data)
+
+
+@pytest.fixture(scope="session")
+def runner():
+    """One sandbox runner for the whole session (the real, isolated execution engine)."""
+    from sandbox import Runner
+
+    with Runner(workers=2) as r:
+        yield r
+
+
+@pytest.fixture
+def train_problems_file(tmp_path) -> Path:
+    """Only train-split problems: a run without held-out evaluation."""
+    path = tmp_path / "train-problems.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS if p["split"] == "train"))
+    return path

@@ -1,0 +1,237 @@
+"""The RL loop on the tiny model: events, LoRA-only updates, gradient accumulation, stop and resume."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.conftest import PROBLEMS, tiny_run_config
+from training.events import read_events
+from training.trainer import StopSignal, Trainer, train
+
+DESIGN_METRICS = {"reward/mean", "reward/pass_rate", "reward/syntax", "reward/efficiency", "reward/conciseness",
+                  "reward/format", "pass@1/train", "kl", "loss/policy", "loss/kl", "clip_frac", "entropy",
+                  "grad_norm", "lr", "tokens_per_s", "time/rollout_s", "time/sandbox_s", "time/update_s",
+                  "zero_variance_groups"}
+
+
+def _trainer(cfg, out_dir, runner):
+    from accelerate import Accelerator
+
+    from training.events import EventWriter
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    events = EventWriter(out_dir / "events.jsonl")
+    return Trainer(cfg, out_dir, Accelerator(cpu=True), events, StopSignal(out_dir / "STOP"), runner=runner,
+                   progress=False)
+
+
+def _lora_state(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_file, runner):
+    cfg = tiny_run_config(tiny_model_dir, problems_file, train={"checkpoint_every": 1, "save_merged": True})
+    assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    kinds = [e["event"] for e in events]
+    assert kinds == ["start", "eval", "step", "problem", "problem", "checkpoint",
+                     "step", "problem", "problem", "eval", "checkpoint", "checkpoint", "done"]
+    assert all(isinstance(e["time"], float) for e in events)
+    start, eval0 = events[0], events[1]
+    assert start["config"]["sampling"]["candidates_per_problem"] == 4 and start["model"] == str(tiny_model_dir)
+    assert eval0["step"] == 0 and eval0["split"] == "heldout" and 0.0 <= eval0["pass@1"] <= 1.0
+    assert set(eval0["pass@k"]) == {"2"}  # pass@1 has its own field
+    step = events[2]
+    assert step["step"] == 1 and DESIGN_METRICS <= set(step["metrics"])
+    assert step["metrics"]["clip_frac"] == 0.0  # one epoch, one minibatch: ratio exactly 1
+    assert step["metrics"]["kl"] == pytest.approx(0.0, abs=1e-6)  # adapters start at zero: policy == reference
+    problem = events[3]
+    assert problem["step"] == 1 and problem["problem_id"] in {p["id"] for p in PROBLEMS if p["split"] == "train"}
+    assert len(problem["candidates"]) == 4
+    for cand in problem["candidates"]:
+        assert set(cand) >= {"code", "reward", "rewards", "result"}
+        assert cand["code"].startswith(next(p["prompt"] for p in PROBLEMS if p["id"] == problem["problem_id"]))
+        assert set(cand["rewards"]) == {"pass_rate", "syntax", "efficiency", "conciseness", "format"}
+        assert cand["result"]["status"] in {"passed", "failed", "error", "syntax_error", "timeout", "memory",
+                                            "output_limit", "killed"}
+    assert events[5] == {**events[5], "step": 1, "path": "checkpoints/step-1", "kind": "adapter"}
+    assert events[-3] == {**events[-3], "step": 2, "path": "checkpoints/step-2", "kind": "adapter"}
+    assert events[-2] == {**events[-2], "step": 2, "path": "checkpoints/final-merged", "kind": "merged"}
+    assert events[-1]["status"] == "succeeded"
+    assert (tmp_path / "run" / "checkpoints" / "step-2" / "adapter_model.safetensors").is_file()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    merged = tmp_path / "run" / "checkpoints" / "final-merged"
+    assert AutoModelForCausalLM.from_pretrained(str(merged)) is not None
+    assert AutoTokenizer.from_pretrained(str(merged)) is not None
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "activation-checkpointing"])
+def test_one_step_changes_only_the_lora_parameters(tmp_path, tiny_model_dir, train_problems_file, runner,
+                                                   checkpointing):
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1},
+                          model={"gradient_checkpointing": checkpointing})
+    trainer = _trainer(cfg, tmp_path / "run", runner)
+    before = {k: v.detach().clone() for k, v in trainer.policy.model.state_dict().items()}
+    trainer.run()
+    after = trainer.policy.model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("lora_" in k for k in changed)
+    assert any("lora_B" in k for k in changed)
+
+
+def test_micro_batch_size_never_changes_the_result(tmp_path, tiny_model_dir, train_problems_file, runner):
+    states = []
+    for micro in (8, 3):
+        cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1},
+                              ppo={"micro_batch_size": micro, "minibatch_size": 4, "epochs_per_batch": 2})
+        trainer = _trainer(cfg, tmp_path / f"run-{micro}", runner)
+        trainer.run()
+        states.append(_lora_state(trainer.policy.model))
+    assert states[0].keys() == states[1].keys()
+    for key in states[0]:
+        assert torch.allclose(states[0][key], states[1][key], atol=1e-5), key
+
+
+def _watch_and(action, events_path: Path, after_steps: int):
+    def run():
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if events_path.exists() and sum(e["event"] == "step" for e in read_events(events_path)) >= after_steps:
+                action()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigterm_checkpoints_and_a_resumed_run_matches_an_uninterrupted_one(tmp_path, tiny_model_dir,
+                                                                               train_problems_file, runner):
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 2, "checkpoint_every": 0})
+    assert train(cfg, tmp_path / "straight", runner=runner, progress=False) == "succeeded"
+
+    interrupted = tmp_path / "interrupted"
+    watcher = _watch_and(lambda: os.kill(os.getpid(), signal.SIGTERM), interrupted / "events.jsonl", 1)
+    assert train(cfg, interrupted, runner=runner, progress=False) == "cancelled"
+    watcher.join()
+    events = read_events(interrupted / "events.jsonl")
+    assert [e["event"] for e in events][-2:] == ["checkpoint", "done"]
+    assert events[-1]["status"] == "cancelled" and events[-2]["path"] == "checkpoints/step-1"
+    assert sum(e["event"] == "step" for e in events) == 1
+
+    assert train(cfg, interrupted, resume=True, runner=runner, progress=False) == "succeeded"
+    resumed = read_events(interrupted / "events.jsonl")
+    restart = max(i for i, e in enumerate(resumed) if e["event"] == "start")
+    assert resumed[restart]["resumed_from"] == 1
+    straight = read_events(tmp_path / "straight" / "events.jsonl")
+    step2 = lambda evs: next(e for e in evs if e["event"] == "step" and e["step"] == 2)  # noqa: E731
+    a, b = step2(straight)["metrics"], step2(resumed[restart:])["metrics"]
+    for key in ("reward/mean", "loss/policy", "kl", "grad_norm", "entropy", "lr"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    codes = lambda evs, s: [c["code"] for e in evs if e["event"] == "problem" and e["step"] == s  # noqa: E731
+                            for c in e["candidates"]]
+    assert codes(straight, 2) == codes(resumed[restart:], 2)
+
+    from safetensors.torch import load_file
+    wa = load_file(str(tmp_path / "straight" / "checkpoints" / "step-2" / "adapter_model.safetensors"))
+    wb = load_file(str(interrupted / "checkpoints" / "step-2" / "adapter_model.safetensors"))
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_a_stop_file_cancels_before_the_first_step(tmp_path, tiny_model_dir, train_problems_file, runner):
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "STOP").touch()
+    assert train(cfg, out, runner=runner, progress=False) == "cancelled"
+    events = read_events(out / "events.jsonl")
+    assert [e["event"] for e in events] == ["start", "checkpoint", "done"]
+    assert events[-2]["path"] == "checkpoints/step-0" and events[-1]["status"] == "cancelled"
+
+
+def test_an_error_writes_done_failed_and_propagates(tmp_path, tiny_model_dir, runner):
+    only_heldout = tmp_path / "heldout.jsonl"
+    only_heldout.write_text(json.dumps(PROBLEMS[-1]) + "\n")
+    cfg = tiny_run_config(tiny_model_dir, only_heldout)
+    with pytest.raises(ValueError, match="no problem with split 'train'"):
+        train(cfg, tmp_path / "run", runner=runner, progress=False)
+    done = read_events(tmp_path / "run" / "events.jsonl")[-1]
+    assert done["event"] == "done" and done["status"] == "failed" and "split 'train'" in done["error"]
+
+
+def test_zero_variance_groups_are_counted_and_can_be_dropped(tmp_path, tiny_model_dir, runner):
+    impossible = [{"id": f"never-{i}", "kind": "function", "prompt": f"def f{i}(x):\n", "entry_point": f"f{i}",
+                   "tests": ["assert False"], "split": "train"} for i in range(2)]
+    path = tmp_path / "impossible.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in impossible))
+    cfg = tiny_run_config(tiny_model_dir, path, train={"steps": 1},
+                          reward={"weights": {"pass_rate": 1.0, "syntax": 0.0, "efficiency": 0.0,
+                                              "conciseness": 0.0, "format": 0.0}},
+                          ppo={"drop_zero_variance_groups": True})
+    trainer = _trainer(cfg, tmp_path / "run", runner)
+    before = _lora_state(trainer.policy.model)
+    trainer.run()
+    step = next(e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "step")
+    assert step["metrics"]["zero_variance_groups"] == 2 and step["metrics"]["grad_norm"] == 0.0
+    problems = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "problem"]
+    assert all(p["zero_variance"] for p in problems)
+    after = _lora_state(trainer.policy.model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_full_fine_tune_keeps_a_frozen_reference(tmp_path, tiny_model_dir, train_problems_file, runner):
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file, model={"lora": None}, train={"steps": 1},
+                          ppo={"learning_rate": 1e-4})
+    trainer = _trainer(cfg, tmp_path / "run", runner)
+    assert trainer.policy.ref_model is not None and not trainer.policy.is_lora
+    ref_before = {k: v.clone() for k, v in trainer.policy.ref_model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    trainer.run()
+    after = trainer.policy.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(torch.equal(ref_before[k], v) for k, v in trainer.policy.ref_model.state_dict().items())
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    assert next(e for e in events if e["event"] == "checkpoint")["kind"] == "full"
+    assert (tmp_path / "run" / "checkpoints" / "step-1" / "model.safetensors").is_file()
+
+
+def test_problem_picking_is_seeded_covers_an_epoch_and_never_repeats_within_a_step():
+    from training.rollout import pick_problems
+
+    steps = [pick_problems(10, 4, s, seed=3) for s in range(1, 6)]
+    assert steps == [pick_problems(10, 4, s, seed=3) for s in range(1, 6)]
+    assert all(len(set(s)) == 4 for s in steps)
+    assert set(steps[0] + steps[1] + steps[2][:2]) == set(range(10))
+    assert pick_problems(3, 8, 1, seed=0) in ([0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0])
+    assert pick_problems(10, 4, 1, seed=4) != steps[0]
+
+
+@pytest.mark.parametrize("chunks,repeats", [(1, 1), (2, 2)])
+def test_chunked_rollouts_keep_candidates_grouped_by_problem(tiny_model_dir, runner, chunks, repeats):
+    from sandbox import Problem
+
+    from training.config import ModelConfig, SamplingConfig
+    from training.policy import load_policy
+    from training.rollout import start_rollout
+
+    policy = load_policy(ModelConfig(name_or_path=str(tiny_model_dir)))
+    problems = [Problem.from_dict(p) for p in PROBLEMS[:3]]
+    sampling = SamplingConfig(problems_per_step=3, candidates_per_problem=2, max_new_tokens=8)
+    pending = start_rollout(policy.model, policy.tokenizer, problems, sampling, runner, generator_seed=5,
+                            chunks=chunks, repeats=repeats)
+    rollout = pending.finish()
+    assert rollout.rewards.shape == (3, 2)
+    assert [c.problem_id for c in rollout.candidates] == ["add", "add", "sub", "sub", "neg", "neg"]
+    assert [c.group for c in rollout.candidates] == [0, 0, 1, 1, 2, 2]
+    assert rollout.batch.prompt_index == [0, 0, 1, 1, 2, 2]
+    for cand, problem in zip(rollout.candidates, [p for p in problems for _ in range(2)]):
+        assert cand.code.startswith(problem.prompt) and cand.result["tests_total"] == len(problem.tests)
+        assert 0.0 <= cand.reward <= 1.0
+    assert policy.model.training  # sampling switched to eval mode and back

@@ -1,0 +1,87 @@
+"""Advantage estimators: compare each candidate with the other candidates of the same problem.
+
+Every estimator takes the combined rewards of a step grouped per problem, shape ``(P, K)`` (P problems,
+K candidates each), and returns advantages of the same shape. All of them subtract a per-group
+baseline, so a group's advantages sum to zero and a group whose candidates all got the same reward
+("zero variance") gives no learning signal; ``zero_variance_groups`` finds those so the trainer can
+count them per problem and, with dynamic sampling, drop them from the update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+AdvantageFn = Callable[..., torch.Tensor]
+
+
+def grpo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: ``A_i = (r_i - mean(r)) / (std(r) + eps)`` within each group.
+
+    ``std`` is the unbiased sample standard deviation (as in TRL's GRPOTrainer). Source: Shao et al.
+    2024, DeepSeekMath, eq. 3 (outcome supervision).
+
+    rewards: (P, K) -> advantages: (P, K). Needs K >= 2.
+    """
+    _check_groups(rewards)
+    mean = rewards.mean(dim=1, keepdim=True)  # (P, 1)
+    std = rewards.std(dim=1, keepdim=True)  # (P, 1); 0 for a zero-variance group, hence eps
+    return (rewards - mean) / (std + eps)  # (P, K)
+
+
+def dr_grpo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Dr. GRPO: ``A_i = r_i - mean(r)``, no division by the group std (which biases towards easy and
+    hard problems). Source: Liu et al. 2025, "Understanding R1-Zero-Like Training".
+
+    rewards: (P, K) -> advantages: (P, K).
+    """
+    _check_groups(rewards)
+    return rewards - rewards.mean(dim=1, keepdim=True)  # (P, K)
+
+
+def rloo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RLOO: ``A_i = r_i - mean_{j != i} r_j = K / (K - 1) * (r_i - mean(r))``, the leave-one-out
+    baseline (unbiased: the baseline does not depend on the candidate's own sample). Source: Ahmadian
+    et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization".
+
+    rewards: (P, K) -> advantages: (P, K). Needs K >= 2.
+    """
+    _check_groups(rewards)
+    k = rewards.shape[1]
+    loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (k - 1)  # (P, K)
+    return rewards - loo_mean  # (P, K)
+
+
+ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "rloo": rloo, "dr_grpo": dr_grpo}
+
+
+def get_advantage(name: str) -> AdvantageFn:
+    """The estimator registered as ``name``; an unknown name raises listing the valid ones."""
+    try:
+        return ADVANTAGES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid estimators: {', '.join(sorted(ADVANTAGES))}"
+        ) from None
+
+
+def compute_advantages(name: str, rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Advantages of grouped rewards with the estimator ``name``. rewards: (P, K) -> (P, K)."""
+    return get_advantage(name)(rewards, eps=eps)
+
+
+def zero_variance_groups(rewards: torch.Tensor, atol: float = 1e-8) -> torch.Tensor:
+    """Groups whose candidates all got the same reward (no signal). rewards: (P, K) -> mask: (P,) bool."""
+    _check_groups(rewards)
+    return (rewards.max(dim=1).values - rewards.min(dim=1).values) <= atol  # (P,)
+
+
+def _check_groups(rewards: torch.Tensor) -> None:
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be grouped as (problems, candidates); got shape {tuple(rewards.shape)}")
+    if rewards.shape[1] < 2:
+        raise ValueError(
+            "group advantages need at least 2 candidates per problem; "
+            f"got {rewards.shape[1]} (raise sampling.candidates_per_problem)"
+        )

@@ -1,0 +1,264 @@
+"""Rollout: sample candidates for a step's problems, execute them in the sandbox, score them.
+
+One step's rollout is two halves so that the sandbox never waits for the accelerator or vice versa:
+
+    pending = start_rollout(...)   # batched generate (per chunk) -> submit each chunk to the sandbox
+    ...                            # the trainer computes reference / old logprobs meanwhile
+    rollout = pending.finish()     # wait for the executions, score every candidate
+
+With ``chunks > 1`` the problems are generated in that many batches and chunk i executes while chunk
+i + 1 is generated. One chunk (the default) is the fastest on an accelerator, where a bigger
+``generate`` batch is nearly free; the overlap then comes from the logprob passes.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from training import rewards as R
+from training.generation import GenerationBatch, build_prompt, generate
+from training.policy import generation_mode
+
+
+@dataclass
+class CandidateRecord:
+    """One sampled candidate, its execution and its rewards."""
+
+    problem_id: str
+    group: int
+    """Index of its problem in the step (rows of ``Rollout.rewards``)."""
+    text: str
+    """The generated completion / reply (after stop-string cut)."""
+    code: str
+    """The program that was executed."""
+    result: dict
+    """Execution result (documented JSON) of the first execution."""
+    rewards: dict[str, float]
+    reward: float
+    """Combined reward (weighted, before advantages)."""
+    passed: bool
+    """Every test ran and passed (first execution)."""
+
+    def event_dict(self) -> dict:
+        return {"code": self.code, "reward": self.reward, "rewards": self.rewards, "result": self.result}
+
+
+@dataclass
+class Rollout:
+    problems: list[Any]
+    """The step's problems (``sandbox.Problem``), in group order."""
+    candidates: list[CandidateRecord]
+    """``len(problems) * K`` candidates, grouped by problem (group-major)."""
+    batch: GenerationBatch
+    """The sampled token ids, same order as ``candidates``."""
+    rewards: torch.Tensor
+    """Combined rewards grouped per problem. (P, K)"""
+    generated_tokens: int
+    time_generate_s: float
+    time_sandbox_s: float
+
+
+@dataclass
+class PendingRollout:
+    """Generated candidates whose executions are still running (see module docstring)."""
+
+    problems: list[Any]
+    batch: GenerationBatch
+    codes: list[str]
+    futures: list[Future]
+    chunk_sizes: list[int]
+    """Candidates per chunk (each future returns ``repeats`` x that many results)."""
+    submitted_at: float
+    time_generate_s: float
+    score_args: dict = field(default_factory=dict)
+    _done_at: list[float] = field(default_factory=list)
+
+    def finish(self) -> Rollout:
+        """Wait for every execution and score the candidates."""
+        results: list[list[dict]] = []  # per candidate: its executions
+        for fut, size in zip(self.futures, self.chunk_sizes):
+            chunk = [_result_dict(r) for r in fut.result()]
+            repeats = len(chunk) // size if size else 1
+            for i in range(size):
+                results.append([chunk[r * size + i] for r in range(repeats)])
+        sandbox_s = (max(self._done_at) if self._done_at else time.monotonic()) - self.submitted_at
+        return score_rollout(self.problems, self.batch, self.codes, results,
+                             time_generate_s=self.time_generate_s, time_sandbox_s=max(0.0, sandbox_s),
+                             **self.score_args)
+
+
+def pick_problems(num_problems: int, per_step: int, step: int, seed: int) -> list[int]:
+    """Indices of the train problems of RL step ``step`` (1-based): seeded epochs without replacement.
+
+    The problems are walked in a fresh seeded permutation per epoch; a step takes the next
+    ``per_step`` distinct ones (at most ``num_problems``). A pure function of (step, seed), so a
+    resumed run sees exactly the problems an uninterrupted one would.
+    """
+    if num_problems <= 0:
+        raise ValueError("no train-split problems to sample from; the problem file needs split: train problems")
+    per_step = min(per_step, num_problems)
+    picked: list[int] = []
+    pos = (step - 1) * per_step
+    perms: dict[int, list[int]] = {}
+    while len(picked) < per_step:
+        epoch, offset = divmod(pos, num_problems)
+        if epoch not in perms:
+            order = list(range(num_problems))
+            random.Random(seed * 1_000_003 + epoch).shuffle(order)
+            perms[epoch] = order
+        idx = perms[epoch][offset]
+        if idx not in picked:
+            picked.append(idx)
+        pos += 1
+    return picked
+
+
+def start_rollout(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Any],
+    sampling: Any,
+    runner: Any,
+    *,
+    generator_seed: int | None,
+    repeats: int = 1,
+    chunks: int = 1,
+    weights: Mapping[str, float] | None = None,
+    normalize: bool = True,
+    timeout_s: float | None = None,
+) -> PendingRollout:
+    """Generate ``candidates_per_problem`` completions per problem and submit their executions.
+
+    ``runner`` is a ``sandbox.Runner`` (kept alive for the whole run). One batched ``generate`` per
+    chunk (``num_return_sequences`` = K); its executions are submitted as soon as it is decoded.
+    """
+    from sandbox import Candidate
+
+    k = sampling.candidates_per_problem
+    chunks = max(1, min(chunks, len(problems)))
+    bounds = [round(i * len(problems) / chunks) for i in range(chunks + 1)]
+    prompts = [build_prompt(p, tokenizer, sampling.prompt_style) for p in problems]
+    problem_map = {p.id: p for p in problems}
+    batches: list[GenerationBatch] = []
+    futures: list[Future] = []
+    chunk_sizes: list[int] = []
+    codes: list[str] = []
+    done_at: list[float] = []
+    submitted_at: float | None = None
+    generate_s = 0.0
+    for c in range(chunks):
+        lo, hi = bounds[c], bounds[c + 1]
+        g0 = time.monotonic()
+        seed = None if generator_seed is None else generator_seed + c
+        with generation_mode(model) as sampler:
+            batch = generate(sampler, tokenizer, prompts[lo:hi], sampling, num_return_sequences=k,
+                             generator_seed=seed)
+        generate_s += time.monotonic() - g0
+        cands = []
+        for j, text in enumerate(batch.texts):
+            problem = problems[lo + batch.prompt_index[j]]
+            cands.append(_candidate(Candidate, problem, text, sampling.prompt_style))
+            codes.append(_assembled_code(problem, text, sampling.prompt_style))
+        if submitted_at is None:
+            submitted_at = time.monotonic()
+        fut = runner.submit_batch(problem_map, cands * repeats)
+        fut.add_done_callback(lambda _f: done_at.append(time.monotonic()))
+        futures.append(fut)
+        chunk_sizes.append(len(cands))
+        batches.append(_offset(batch, lo))
+    return PendingRollout(
+        problems=list(problems), batch=_concat(batches, prompts), codes=codes, futures=futures,
+        chunk_sizes=chunk_sizes, submitted_at=submitted_at or time.monotonic(), time_generate_s=generate_s,
+        score_args={"weights": weights, "normalize": normalize, "timeout_s": timeout_s,
+                    "prompt_style": sampling.prompt_style, "group_size": k},
+        _done_at=done_at,
+    )
+
+
+def score_rollout(
+    problems: Sequence[Any],
+    batch: GenerationBatch,
+    codes: Sequence[str],
+    results: Sequence[Sequence[dict]],
+    *,
+    group_size: int,
+    weights: Mapping[str, float] | None = None,
+    normalize: bool = True,
+    timeout_s: float | None = None,
+    prompt_style: str = "completion",
+    time_generate_s: float = 0.0,
+    time_sandbox_s: float = 0.0,
+) -> Rollout:
+    """Rewards of every candidate from its execution results (several when repeated, averaged)."""
+    weights = R.weights_dict(weights)
+    records: list[CandidateRecord] = []
+    totals: list[float] = []
+    for g, problem in enumerate(problems):
+        group = range(g * group_size, (g + 1) * group_size)
+        ref = problem.reference_solution
+        ref_len = R.code_length(ref) if ref else R.group_median_length([codes[i] for i in group])
+        limit = timeout_s if timeout_s is not None else problem.time_limit_s
+        for i in group:
+            contexts = [
+                R.RewardContext(code=codes[i], result=res, text=batch.texts[i], prompt_style=prompt_style,
+                                kind=problem.kind, entry_point=problem.entry_point, time_limit_s=limit,
+                                reference_length=ref_len)
+                for res in results[i]
+            ]
+            score = R.score_candidate(contexts, weights, normalize)
+            first = results[i][0]
+            records.append(CandidateRecord(
+                problem_id=problem.id, group=g, text=batch.texts[i], code=codes[i], result=first,
+                rewards=score.rewards, reward=score.total, passed=first.get("status") == "passed"))
+            totals.append(score.total)
+    rewards = torch.tensor(totals, dtype=torch.float32).view(len(problems), group_size)  # (P, K)
+    return Rollout(problems=list(problems), candidates=records, batch=batch, rewards=rewards,
+                   generated_tokens=batch.num_generated_tokens, time_generate_s=time_generate_s,
+                   time_sandbox_s=time_sandbox_s)
+
+
+def _candidate(candidate_cls: Any, problem: Any, text: str, prompt_style: str) -> Any:
+    if prompt_style == "chat":
+        return candidate_cls(problem_id=problem.id, reply=text)
+    return candidate_cls(problem_id=problem.id, completion=text)
+
+
+def _assembled_code(problem: Any, text: str, prompt_style: str) -> str:
+    from sandbox.candidate import assemble
+
+    if prompt_style == "chat":
+        return assemble(problem, reply=text).code
+    return assemble(problem, completion=text).code
+
+
+def _result_dict(result: Any) -> dict:
+    if isinstance(result, Mapping):
+        return dict(result)
+    return result.to_dict()
+
+
+def _offset(batch: GenerationBatch, lo: int) -> GenerationBatch:
+    batch.prompt_index = [lo + i for i in batch.prompt_index]
+    return batch
+
+
+def _concat(batches: list[GenerationBatch], prompts: list[str]) -> GenerationBatch:
+    if len(batches) == 1:
+        batches[0].prompts = list(prompts)
+        return batches[0]
+    out = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
+    for b in batches:
+        out.prompt_ids += b.prompt_ids
+        out.completion_ids += b.completion_ids
+        out.texts += b.texts
+        out.prompt_index += b.prompt_index
+        out.finish_reasons += b.finish_reasons
+        out.generated_tokens += b.generated_tokens
+    return out

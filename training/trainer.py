@@ -1,0 +1,496 @@
+"""The RL loop: sample -> sandbox -> reward -> advantage -> PPO update -> events / eval / checkpoint.
+
+Per step (reads top to bottom in ``Trainer.run_step``):
+
+1. pick ``problems_per_step`` train problems (seeded epochs, a pure function of the step);
+2. one batched ``generate`` of ``candidates_per_problem`` completions each, submitted to the sandbox
+   as soon as decoded;
+3. while the sandbox runs: reference logprobs (adapters disabled) and, when the batch is reused
+   (several epochs or minibatches), the old-policy logprobs, with the same forward as the update;
+4. rewards -> group advantages (zero-variance groups counted, optionally dropped) -> clipped;
+5. PPO epochs over minibatches (``minibatch_size`` candidates per optimizer step), each split into
+   micro-batches for gradient accumulation with global normalisers (the result does not depend on
+   ``micro_batch_size``); with one epoch and one minibatch the old logprobs are the detached current
+   ones (ratio exactly 1, no extra forward pass);
+6. events (``step`` metrics, one ``problem`` event per problem with every candidate), eval and
+   checkpoint on their cadence, a progress line on stderr.
+
+Cooperative stop: SIGTERM or the file ``RUN_DIR/STOP`` ends the run at the next phase boundary (a
+step whose rollout finished but whose update did not start is dropped), saves a checkpoint of the
+last completed step and writes ``done`` with status ``cancelled``. An exception writes ``done``
+``failed`` with the message and propagates (the CLI exits non-zero).
+
+Multi-GPU (``accelerate launch``): each process takes every n-th problem of the step, DDP averages
+gradients, the main process gathers the problem records and metrics and writes events and
+checkpoints. Needs ``problems_per_step >= num_processes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training import checkpoint as ckpt
+from training.advantages import compute_advantages, zero_variance_groups
+from training.config import RunConfig, config_to_dict
+from training.events import EventWriter
+from training.losses import ppo_loss
+from training.policy import generation_mode, load_policy, sequence_logprobs
+from training.rewards import DIMENSIONS
+from training.rollout import Rollout, pick_problems, start_rollout
+
+
+class StopSignal:
+    """Set by SIGTERM or by the stop file; polled between phases."""
+
+    def __init__(self, stop_file: Path):
+        self.stop_file = stop_file
+        self._event = threading.Event()
+        self._previous: Any = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, lambda *_: self._event.set())
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def requested(self) -> bool:
+        if not self._event.is_set() and self.stop_file.exists():
+            self._event.set()
+        return self._event.is_set()
+
+
+def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_file: str | Path | None = None,
+          runner: Any = None, rollout_chunks: int = 1, progress: bool = True) -> str:
+    """Run (or, with ``resume``, continue from its last checkpoint) a training run into ``out_dir``.
+
+    Returns the final status, ``succeeded`` or ``cancelled``; an error writes ``done: failed`` and
+    re-raises. ``runner`` overrides the ``sandbox.Runner`` built from ``config.sandbox`` (it must
+    offer ``run_batch`` and ideally ``submit_batch``; it is not closed here). ``rollout_chunks``
+    splits generation to overlap it with execution (see rollout.py).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    accelerator = _make_accelerator()
+    events = EventWriter(out_dir / "events.jsonl", enabled=accelerator.is_main_process)
+    stop = StopSignal(Path(stop_file) if stop_file else out_dir / "STOP")
+    stop.install()
+    trainer = None
+    try:
+        trainer = Trainer(config, out_dir, accelerator, events, stop, runner=runner,
+                          rollout_chunks=rollout_chunks, progress=progress)
+        return trainer.run(resume=resume)
+    except BaseException as e:
+        if trainer is None or not trainer.done_written:
+            message = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+            events.done("cancelled" if isinstance(e, KeyboardInterrupt) else "failed", message)
+        raise
+    finally:
+        if trainer is not None:
+            trainer.close()
+        stop.uninstall()
+        events.close()
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, out_dir: Path, accelerator: Any, events: EventWriter, stop: StopSignal,
+                 *, runner: Any = None, rollout_chunks: int = 1, progress: bool = True):
+        from sandbox.problems import load_problems
+
+        self.config = config
+        self.out_dir = out_dir
+        self.accelerator = accelerator
+        self.events = events
+        self.stop = stop
+        self.rollout_chunks = rollout_chunks
+        self.progress = progress
+        self.done_written = False
+
+        loaded = load_problems(config.problems)
+        if loaded.errors:
+            first = "; ".join(str(e) for e in loaded.errors[:3])
+            raise ValueError(f"problems: {config.problems} has {len(loaded.errors)} bad line(s): {first}")
+        self.train_problems = [p for p in loaded.problems if p.split == "train"]
+        self.heldout_problems = [p for p in loaded.problems if p.split == "heldout"]
+        if not self.train_problems:
+            raise ValueError(f"problems: {config.problems} has no problem with split 'train' to train on")
+
+        _seed_everything(config.train.seed)
+        self.policy = load_policy(config.model, device=accelerator.device, kl_coef=config.ppo.kl_coef)
+        self.tokenizer = self.policy.tokenizer
+        params = self.policy.trainable_parameters()
+        self.optimizer = torch.optim.AdamW(params, lr=config.ppo.learning_rate, weight_decay=config.ppo.weight_decay)
+        steps, schedule = config.train.steps, config.schedule
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: schedule.lr_factor(s, steps))
+        self.start_step = 0
+        self.resumed_from: int | None = None
+        self.runner = runner
+        self._own_runner = runner is None
+        self._pool: ThreadPoolExecutor | None = None
+        self._checkpointed: set[int] = set()
+
+    # ------------------------------------------------------------------------------------------ run
+
+    def run(self, resume: bool = False) -> str:
+        cfg = self.config
+        if resume:
+            latest = ckpt.latest_checkpoint(self.out_dir)
+            if latest is not None:
+                state = ckpt.load_checkpoint(latest, self.policy.model, self.optimizer, self.scheduler)
+                self.start_step = self.resumed_from = state.step
+                self._checkpointed.add(state.step)
+        self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
+        extra = {"resumed_from": self.resumed_from} if self.resumed_from is not None else {}
+        self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, **extra)
+        if self.runner is None:
+            from sandbox import Runner
+
+            self.runner = Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
+                                 timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+
+        if self.start_step == 0:
+            self.evaluate(0)
+        last_done = self.start_step
+        steps = cfg.train.steps
+        started = time.monotonic()
+        for step in range(self.start_step + 1, steps + 1):
+            if self._stop_requested():
+                return self._cancel(last_done)
+            record = self.run_step(step)
+            if record is None:  # stop requested mid-step: the half-done step is dropped
+                return self._cancel(last_done)
+            metrics, problem_events = record
+            last_done = step
+            self.events.step(step, metrics)
+            for pe in problem_events:
+                self.events.problem(step, **pe)
+            self._progress(step, steps, started, metrics)
+            if step < steps:
+                if cfg.train.eval_every and step % cfg.train.eval_every == 0:
+                    self.evaluate(step)
+                if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
+                    self.save(step)
+        self.evaluate(steps)
+        self.save(steps)
+        if cfg.train.save_merged and self.policy.is_lora:
+            self.save_merged(steps)
+        self._done("succeeded")
+        return "succeeded"
+
+    def run_step(self, step: int) -> tuple[dict, list[dict]] | None:
+        cfg, acc = self.config, self.accelerator
+        t_step = time.monotonic()
+        picked = pick_problems(len(self.train_problems), cfg.sampling.problems_per_step, step, cfg.train.seed)
+        problems = [self.train_problems[i] for i in picked][acc.process_index::acc.num_processes]
+        model = acc.unwrap_model(self.model)
+
+        pending = start_rollout(
+            model, self.tokenizer, problems, cfg.sampling, _Submitter(self.runner, self._executor()),
+            generator_seed=_step_seed(cfg.train.seed, step, acc.process_index), repeats=cfg.reward.repeats,
+            chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
+            timeout_s=cfg.sandbox.timeout_s)
+
+        # While the sandbox runs: the forward passes that do not depend on rewards.
+        t_lp = time.monotonic()
+        tensors = pending.batch.padded(self.tokenizer.pad_token_id, device=acc.device)
+        kl_coef = cfg.ppo.kl_coef * cfg.schedule.kl_factor(step - 1)
+        ref_logprobs = self._logprobs(tensors, reference=True) if cfg.ppo.kl_coef > 0 else None
+        n = len(pending.batch)
+        reuse = cfg.ppo.epochs_per_batch > 1 or (cfg.ppo.minibatch_size or n) < n
+        old_logprobs = self._logprobs(tensors) if reuse else None
+        logprob_s = time.monotonic() - t_lp
+        rollout = pending.finish()
+        if self._stop_requested():
+            return None
+
+        # Advantages: per group, zero-variance groups counted (and maybe dropped), then clipped.
+        advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+        zero_var = zero_variance_groups(rollout.rewards)  # (P,)
+        if cfg.reward.clip is not None:
+            advantages = advantages.clamp(-cfg.reward.clip, cfg.reward.clip)
+        k = cfg.sampling.candidates_per_problem
+        keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
+        keep = keep.repeat_interleave(k)  # (N,)
+
+        t_up = time.monotonic()
+        lr = self.optimizer.param_groups[0]["lr"]
+        update = self._update(tensors, advantages.flatten().to(acc.device), keep.to(acc.device),
+                              old_logprobs, ref_logprobs, kl_coef, step)
+        with warnings.catch_warnings():
+            # a step whose groups were all dropped made no optimizer step; the schedule still advances
+            warnings.filterwarnings("ignore", message=r".*lr_scheduler.step\(\)` before `optimizer.step\(\)`.*")
+            self.scheduler.step()
+        update_s = time.monotonic() - t_up + logprob_s
+
+        metrics = _rollout_metrics(rollout, zero_var)
+        metrics.update(update)
+        metrics.update({
+            "lr": lr, "kl_coef": kl_coef,
+            "tokens_per_s": rollout.generated_tokens / max(rollout.time_generate_s, 1e-9),
+            "time/rollout_s": rollout.time_generate_s, "time/sandbox_s": rollout.time_sandbox_s,
+            "time/update_s": update_s, "time/logprob_s": logprob_s, "time/step_s": time.monotonic() - t_step,
+        })
+        problem_events = _problem_events(rollout, zero_var)
+        if acc.num_processes > 1:
+            metrics, problem_events = _gather(acc, metrics, problem_events)
+        return metrics, problem_events
+
+    # --------------------------------------------------------------------------------------- update
+
+    @torch.no_grad()
+    def _logprobs(self, tensors: dict, reference: bool = False) -> torch.Tensor:
+        """Log-probs of every completion token under the current (or reference) policy. -> (N, C)"""
+        cfg = self.config
+        mb = cfg.ppo.micro_batch_size
+        ctx = self.policy.reference(self.model) if reference else contextlib.nullcontext(self.model)
+        n, c = tensors["completion_mask"].shape
+        out = torch.zeros(n, c, device=tensors["input_ids"].device)  # (N, C)
+        with ctx as model:
+            for start in range(0, n, mb):
+                idx = torch.arange(start, min(start + mb, n), device=out.device)
+                ids, mask, _, width = _micro_batch(tensors, idx)
+                logp, _ = sequence_logprobs(model, ids, mask, width, temperature=_temperature(cfg))
+                out[idx, :width] = logp
+        return out
+
+    def _update(self, tensors: dict, advantages: torch.Tensor, keep: torch.Tensor,
+                old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None, kl_coef: float,
+                step: int) -> dict[str, float]:
+        """PPO epochs over minibatches with gradient accumulation; returns the mean update metrics."""
+        cfg, acc = self.config.ppo, self.accelerator
+        index = keep.nonzero().flatten()  # (N_kept,)
+        n = index.numel()
+        if n == 0:  # every group was zero-variance and dropped: nothing to learn from this step
+            return {"loss/policy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "entropy": 0.0, "approx_kl": 0.0}
+        mb_size = min(cfg.minibatch_size or n, n)
+        gen = torch.Generator().manual_seed(_step_seed(self.config.train.seed, step, acc.process_index))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        sums: dict[str, float] = defaultdict(float)
+        updates = 0
+        ent_sum, ent_tokens = 0.0, 0.0
+        completion_mask = tensors["completion_mask"]
+        for epoch in range(cfg.epochs_per_batch):
+            order = index[torch.randperm(n, generator=gen).to(index.device)] if mb_size < n else index
+            for start in range(0, n, mb_size):
+                mb = order[start:start + mb_size]  # (M,)
+                num_tokens = completion_mask[mb].sum().clamp(min=1).float()
+                micro = [mb[i:i + cfg.micro_batch_size] for i in range(0, mb.numel(), cfg.micro_batch_size)]
+                for j, idx in enumerate(micro):
+                    ids, mask, cmask, width = _micro_batch(tensors, idx)
+                    sync = acc.no_sync(self.model) if j < len(micro) - 1 else contextlib.nullcontext()
+                    with sync:
+                        logp, entropy = sequence_logprobs(self.model, ids, mask, width, temperature=_temperature(self.config),
+                                                          with_entropy=epoch == 0)  # (b, C)
+                        old = logp.detach() if old_logprobs is None else old_logprobs[idx, :width]
+                        ref = None if ref_logprobs is None else ref_logprobs[idx, :width]
+                        loss, metrics = ppo_loss(
+                            logp, old, advantages[idx], cmask, ref_logprobs=ref, clip_range=cfg.clip_range,
+                            clip_range_high=cfg.clip_range_high, dual_clip=cfg.dual_clip, kl_coef=kl_coef,
+                            kl_estimator=cfg.kl_estimator, aggregation=cfg.loss_aggregation,
+                            num_tokens=num_tokens, num_seqs=mb.numel())
+                        acc.backward(loss)
+                    for key, value in metrics.items():
+                        sums[key] += value.item()
+                    if entropy is not None:
+                        ent_sum += (entropy * cmask).sum().item()
+                        ent_tokens += cmask.sum().item()
+                grad_norm = acc.clip_grad_norm_(params, cfg.max_grad_norm or math.inf)
+                sums["grad_norm"] += float(grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                updates += 1
+        out = {key: value / updates for key, value in sums.items()}
+        out["entropy"] = ent_sum / max(ent_tokens, 1.0)
+        return out
+
+    # ---------------------------------------------------------------------------- eval / checkpoint
+
+    def evaluate(self, step: int) -> None:
+        if not self.heldout_problems:
+            return
+        from training.evaluation import evaluate
+
+        if self.accelerator.is_main_process:
+            n = self.config.train.eval_samples
+            with generation_mode(self.accelerator.unwrap_model(self.model)) as model:
+                report = evaluate(model, self.tokenizer, self.heldout_problems, self.config.sampling, samples=n,
+                                  ks=list(range(1, n + 1)), runner=self.runner)
+            extra = {"per_problem": report["per_problem"]} if "per_problem" in report else {}
+            self.events.eval(step, "heldout", report["pass@1"], report.get("pass@k", {}), **extra)
+        self.accelerator.wait_for_everyone()
+
+    def save(self, step: int) -> None:
+        path, kind = ckpt.save_checkpoint(
+            self.out_dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
+            config_to_dict(self.config), is_lora=self.policy.is_lora, accelerator=self.accelerator)
+        self._checkpointed.add(step)
+        self.events.checkpoint(step, path.relative_to(self.out_dir).as_posix(), kind)
+
+    def save_merged(self, step: int) -> None:
+        """Merge the adapter into the base weights (in place: the run is over) and write them."""
+        if self.accelerator.is_main_process:
+            merged = ckpt.merge_lora(self.accelerator.unwrap_model(self.model))
+            out = ckpt.save_merged(merged, self.tokenizer, self.out_dir / ckpt.CHECKPOINTS_DIR / ckpt.MERGED_DIR)
+            self.events.checkpoint(step, out.relative_to(self.out_dir).as_posix(), "merged")
+        self.accelerator.wait_for_everyone()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self._own_runner and self.runner is not None:
+            self.runner.close()
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    def _cancel(self, last_done: int) -> str:
+        if last_done not in self._checkpointed:
+            self.save(last_done)
+        else:  # the checkpoint exists already (resume point or cadence): point at it again
+            self.events.checkpoint(last_done, ckpt.checkpoint_dir(self.out_dir, last_done)
+                                   .relative_to(self.out_dir).as_posix(), "adapter" if self.policy.is_lora else "full")
+        self._done("cancelled")
+        return "cancelled"
+
+    def _done(self, status: str, error: str | None = None) -> None:
+        self.events.done(status, error)
+        self.done_written = True
+
+    def _stop_requested(self) -> bool:
+        flag = self.stop.requested()
+        if self.accelerator.num_processes > 1:
+            t = torch.tensor([1.0 if flag else 0.0], device=self.accelerator.device)
+            flag = bool(self.accelerator.reduce(t, reduction="sum").item() > 0)
+        return flag
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-submit")
+        return self._pool
+
+    def _progress(self, step: int, steps: int, started: float, metrics: dict) -> None:
+        if not (self.progress and self.accelerator.is_main_process):
+            return
+        done = step - self.start_step
+        per_step = (time.monotonic() - started) / max(done, 1)
+        eta = per_step * (steps - step)
+        print(f"step {step}/{steps} | {per_step:.1f} s/step | ETA {_duration(eta)} | "
+              f"reward {metrics.get('reward/mean', 0.0):.3f} | pass {metrics.get('pass@1/train', 0.0):.3f} | "
+              f"kl {metrics.get('kl', 0.0):.4f}", file=sys.stderr, flush=True)
+
+
+class _Submitter:
+    """``submit_batch`` for runners that only have ``run_batch`` (runs it on a helper thread)."""
+
+    def __init__(self, runner: Any, pool: ThreadPoolExecutor):
+        self.runner = runner
+        self.pool = pool
+
+    def submit_batch(self, problems: Any, candidates: list) -> Future:
+        if hasattr(self.runner, "submit_batch"):
+            return self.runner.submit_batch(problems, candidates)
+        return self.pool.submit(self.runner.run_batch, problems, candidates)
+
+
+def _micro_batch(tensors: dict, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Rows ``idx`` with the padding columns they all share removed (left of the prompts, right of the
+    completions): less compute, same result. -> input_ids (b, L'), attention_mask (b, L'),
+    completion_mask (b, C'), C'"""
+    ids = tensors["input_ids"][idx]  # (b, P + C)
+    mask = tensors["attention_mask"][idx]  # (b, P + C)
+    cmask = tensors["completion_mask"][idx]  # (b, C)
+    p = int(tensors["prompt_length"])
+    width = max(1, int(cmask.sum(-1).max().item()))
+    first = int((mask[:, :p].sum(0) > 0).nonzero().min().item()) if p else 0
+    end = p + width
+    return ids[:, first:end], mask[:, first:end], cmask[:, :width], width
+
+
+def _rollout_metrics(rollout: Rollout, zero_var: torch.Tensor) -> dict[str, float]:
+    cands = rollout.candidates
+    n = max(len(cands), 1)
+    metrics = {"reward/mean": sum(c.reward for c in cands) / n}
+    for dim in DIMENSIONS:
+        if cands and dim in cands[0].rewards:
+            metrics[f"reward/{dim}"] = sum(c.rewards[dim] for c in cands) / n
+    metrics["pass@1/train"] = sum(c.passed for c in cands) / n
+    metrics["zero_variance_groups"] = int(zero_var.sum().item())
+    lengths = [len(ids) for ids in rollout.batch.completion_ids]
+    metrics["completion_len/mean"] = sum(lengths) / max(len(lengths), 1)
+    metrics["candidates"] = len(cands)
+    return metrics
+
+
+def _problem_events(rollout: Rollout, zero_var: torch.Tensor) -> list[dict]:
+    out = []
+    for g, problem in enumerate(rollout.problems):
+        group = [c for c in rollout.candidates if c.group == g]
+        out.append({"problem_id": problem.id, "pass_rate": sum(c.passed for c in group) / max(len(group), 1),
+                    "zero_variance": bool(zero_var[g]), "candidates": [c.event_dict() for c in group]})
+    return out
+
+
+def _gather(acc: Any, metrics: dict, problem_events: list[dict]) -> tuple[dict, list[dict]]:
+    from accelerate.utils import gather_object
+
+    all_metrics = gather_object([metrics])
+    all_events = gather_object(problem_events)
+    total = sum(m.get("candidates", 1) for m in all_metrics) or 1
+    merged: dict[str, float] = {}
+    for key in metrics:
+        if key in ("zero_variance_groups", "candidates"):
+            merged[key] = sum(m.get(key, 0) for m in all_metrics)
+        elif key.startswith("time/") or key in ("lr", "kl_coef"):
+            merged[key] = max(m.get(key, 0.0) for m in all_metrics)
+        elif key == "tokens_per_s":
+            merged[key] = sum(m.get(key, 0.0) for m in all_metrics)
+        else:  # candidate-weighted mean
+            merged[key] = sum(m.get(key, 0.0) * m.get("candidates", 1) for m in all_metrics) / total
+    return merged, all_events
+
+
+def _make_accelerator() -> Any:
+    from accelerate import Accelerator
+
+    # The model is loaded in its configured dtype (bfloat16 on GPU), so no autocast on top; LoRA
+    # weights stay float32 (peft upcasts adapters), which is what mixed-precision training needs.
+    return Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
+
+
+def _temperature(cfg: RunConfig) -> float:
+    t = cfg.sampling.temperature
+    return t if t > 0 else 1.0
+
+
+def _step_seed(seed: int, step: int, rank: int) -> int:
+    return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
+
+
+def _seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
