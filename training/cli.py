@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set ppo.learning_rate=1e-5 (repeatable; YAML values)")
     run.add_argument("--stop-file", type=Path, help="stop cooperatively when this file appears (default RUN_DIR/STOP)")
     run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
-    run.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    run.add_argument("--threads", type=int, default=None,
+                     help="torch CPU threads (default on CPU: cores minus sandbox workers, at least 1)")
     run.set_defaults(func=cmd_run)
 
     ev = sub.add_parser("eval", help="pass@k of a model (optionally + LoRA adapter) on a problem split")
@@ -78,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the run config")
     schema.set_defaults(func=cmd_schema)
+
+    export = sub.add_parser("export", help="merge a LoRA adapter (e.g. RUN_DIR/checkpoints/step-N) into a full model")
+    export.add_argument("--adapter", type=Path, required=True, help="PEFT adapter directory")
+    export.add_argument("--out", type=Path, required=True, help="output directory (safetensors + config + tokenizer)")
+    export.add_argument("--base", help="base model (default: the adapter's recorded base_model_name_or_path)")
+    export.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    export.set_defaults(func=cmd_export)
     return p
 
 
@@ -131,6 +139,23 @@ def _config_for_run(args: argparse.Namespace) -> Any:
     return load_config(path, args.overrides)
 
 
+def default_cpu_threads(sandbox_workers: int) -> int | None:
+    """Torch threads for a CPU run: leave the sandbox workers their cores.
+
+    On a small machine OpenMP threads that compete with the sandbox (and each other) spin and wait:
+    measured on 2 busy cores, 2 threads made a step 4-5x slower than 1. None (torch's choice) when
+    a GPU is used or OMP_NUM_THREADS says otherwise.
+    """
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    cores = len(os.sched_getaffinity(0))
+    return max(1, cores - sandbox_workers)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from training.config import save_config
 
@@ -139,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     load_problems_or_fail(cfg.problems)
     if args.resume and not args.out.exists():
         raise UsageError(f"--resume: run directory not found: {args.out}")
-    _set_threads(args.threads)
+    _set_threads(args.threads if args.threads is not None else default_cpu_threads(cfg.sandbox.workers))
     args.out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, args.out / "config.yaml")
 
@@ -253,6 +278,18 @@ def measure_pass_rates(model_dir: str | Path, problems_file: str | Path, samples
                 out[split] = {"pass@1": round(r["pass@1"], 4), "tests": round(r["mean_test_pass_rate"], 4),
                               "problems": len(subset), "samples": samples}
     return out
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if not (args.adapter / "adapter_config.json").is_file():
+        raise UsageError(f"--adapter {args.adapter}: no adapter_config.json there (expected a PEFT adapter directory)")
+    if args.base:
+        check_model_path(args.base)
+    from training.checkpoint import export_merged
+
+    out = export_merged(args.adapter, args.out, base_model=args.base, dtype=args.dtype)
+    print(json.dumps({"out": str(out), "kind": "merged"}))
+    return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -127,3 +127,29 @@ def test_the_module_entry_point_reports_errors_without_a_traceback(tmp_path):
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: config: file not found") and "Traceback" not in proc.stderr
+
+
+def test_export_refuses_a_directory_without_an_adapter(tmp_path, capsys):
+    assert cli.main(["export", "--adapter", str(tmp_path), "--out", str(tmp_path / "m")]) == 2
+    assert "no adapter_config.json" in error_line(capsys)
+
+
+def test_export_merges_an_adapter_into_a_loadable_model(tiny_model_dir, tmp_path, capsys):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)  # a non-trivial adapter, so merging changes the weights
+    ids = torch.tensor([[1, 2, 3, 4]])
+    expected = model(ids).logits
+    model.save_pretrained(tmp_path / "adapter")
+    assert cli.main(["export", "--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "merged")]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "merged"
+    merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"))
+    AutoTokenizer.from_pretrained(str(tmp_path / "merged"))
+    assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
