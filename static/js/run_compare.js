@@ -2,8 +2,11 @@
 (function () {
   "use strict";
   var series = JSON.parse(document.getElementById("compare-data").textContent);
-  var LAYOUT = {margin: {l: 44, r: 10, t: 30, b: 30}, legend: {orientation: "h", y: -0.18}, font: {size: 11},
-                xaxis: {title: {text: "step"}}};
+  // The legend sits under the x-axis title (not on top of it).
+  var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
+                legend: {orientation: "h", x: 0, y: -0.3, yanchor: "top"},
+                xaxis: {title: {text: "step", standoff: 4}, rangemode: "tozero"}, yaxis: {automargin: true}};
+  var PERCENT = /pass|clip_frac/;
 
   function traces(key) {
     return series.map(function (run) {
@@ -13,8 +16,14 @@
     });
   }
   function plot(id, title, data) {
-    Plotly.react(document.getElementById(id), data, Object.assign({}, LAYOUT, {title: {text: title, font: {size: 13}}}),
-                 {displaylogo: false, responsive: true});
+    var layout = Object.assign({}, LAYOUT, {title: {text: title, font: {size: 13}}});
+    if (PERCENT.test(title)) layout.yaxis = {automargin: true, tickformat: ".0%"};
+    if (!data.some(function (t) { return t.x.length; })) {
+      layout = {title: layout.title, xaxis: {visible: false}, yaxis: {visible: false},
+                annotations: [{text: "no run reported " + title, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+                               font: {size: 12, color: "#6b7280"}}]};
+    }
+    Plotly.react(document.getElementById(id), data, layout, {displaylogo: false, responsive: true});
   }
 
   var keys = new Set();
@@ -26,8 +35,8 @@
   if (keys.has("reward/pass_rate")) pick.value = "reward/pass_rate";
   pick.addEventListener("change", function () { plot("compare-main", pick.value, traces(pick.value)); });
   if (pick.value) plot("compare-main", pick.value, traces(pick.value));
-  plot("compare-reward", "reward/mean", traces("reward/mean"));
-  plot("compare-kl", "kl", traces("kl"));
+  plot("compare-reward", "reward/mean (total reward)", traces("reward/mean"));
+  plot("compare-kl", "kl (to the reference model)", traces("kl"));
   plot("compare-eval", "held-out pass@1", series.map(function (run) {
     var pts = run.evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
     return {x: pts.map(function (e) { return e.step; }), y: pts.map(function (e) { return e["pass@1"]; }),

@@ -17,45 +17,81 @@
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
 
   // ---- charts ------------------------------------------------------------------------------------
+  // label: legend name for a metric key; y: axis title and tick format; total: the key drawn thicker.
   var CHARTS = [
-    {id: "chart-reward", title: "Reward (total and each dimension)", keys: function (k) { return k.indexOf("reward/") === 0; }},
-    {id: "chart-pass", title: "Pass rate", keys: function (k) { return k === "pass@1/train" || k === "reward/pass_rate"; }, evals: true},
-    {id: "chart-kl", title: "KL to the reference", keys: function (k) { return k === "kl"; }},
-    {id: "chart-loss", title: "Policy loss", keys: function (k) { return k.indexOf("loss/") === 0; }},
-    {id: "chart-clip", title: "Clip fraction", keys: function (k) { return k === "clip_frac"; }},
-    {id: "chart-entropy", title: "Entropy", keys: function (k) { return k === "entropy"; }},
-    {id: "chart-tokens", title: "Generated tokens / s", keys: function (k) { return k === "tokens_per_s"; }},
+    {id: "chart-reward", title: "Reward: total and each dimension", y: {title: {text: "mean reward"}},
+     keys: function (k) { return k.indexOf("reward/") === 0 && k !== "reward/std"; }, total: "reward/mean",
+     label: function (k) { return k === "reward/mean" ? "total (weighted)" : k.slice(7).replace(/_/g, " "); }},
+    {id: "chart-pass", title: "Pass rate (train rollouts, held-out eval)", evals: true,
+     y: {title: {text: "pass rate"}, tickformat: ".0%", range: [0, 1.02]},
+     keys: function (k) { return k === "pass@1/train" || k === "reward/pass_rate"; },
+     label: function (k) { return k === "pass@1/train" ? "train: all tests pass" : "train: tests passed"; }},
+    {id: "chart-kl", title: "KL to the reference model", y: {title: {text: "KL (nats/token)"}, rangemode: "tozero"},
+     keys: function (k) { return k === "kl"; }, label: function () { return "KL"; }},
+    {id: "chart-loss", title: "Loss: policy and KL terms", y: {title: {text: "loss"}},
+     keys: function (k) { return k.indexOf("loss/") === 0; }, label: function (k) { return k.slice(5) + " loss"; }},
+    {id: "chart-clip", title: "Clip fraction", y: {title: {text: "tokens clipped"}, tickformat: ".0%", rangemode: "tozero"},
+     keys: function (k) { return k === "clip_frac"; }, label: function () { return "clip fraction"; }},
+    {id: "chart-entropy", title: "Policy entropy", y: {title: {text: "nats/token"}},
+     keys: function (k) { return k === "entropy"; }, label: function () { return "entropy"; }},
+    {id: "chart-tokens", title: "Generation throughput", y: {title: {text: "tokens/s"}, rangemode: "tozero"},
+     keys: function (k) { return k === "tokens_per_s"; }, label: function () { return "generated tokens/s"; }},
     // Phases may overlap (DESIGN.md), so they are lines, not a stack.
-    {id: "chart-time", title: "Time per step (s): rollout / sandbox / update", keys: function (k) { return k.indexOf("time/") === 0; }},
+    {id: "chart-time", title: "Time per step, by phase", y: {title: {text: "seconds"}, rangemode: "tozero"},
+     keys: function (k) { return k.indexOf("time/") === 0; }, total: "time/step_s",
+     label: function (k) { return k === "time/step_s" ? "whole step" : k.slice(5).replace(/_s$/, ""); }},
   ];
-  var LAYOUT = {margin: {l: 44, r: 10, t: 30, b: 30}, legend: {orientation: "h", y: -0.18, font: {size: 10}},
-                xaxis: {title: {text: "step"}}, font: {size: 11}};
+  // The legend sits under the x-axis title, with room for two rows of entries.
+  var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
+                legend: {orientation: "h", x: 0, y: -0.3, yanchor: "top", font: {size: 10}},
+                xaxis: {title: {text: "step", standoff: 4}, rangemode: "tozero"}};
 
   function sortedSteps() { return Array.from(metrics.keys()).sort(function (a, b) { return a - b; }); }
+
+  function emptyLayout(text) {
+    return {xaxis: {visible: false}, yaxis: {visible: false}, margin: {l: 10, r: 10, t: 34, b: 10},
+            annotations: [{text: text, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+                           font: {size: 12, color: "#6b7280"}}]};
+  }
 
   function drawCharts() {
     var steps = sortedSteps();
     var allKeys = new Set();
     steps.forEach(function (s) { Object.keys(metrics.get(s).metrics).forEach(function (k) { allKeys.add(k); }); });
     CHARTS.forEach(function (chart) {
-      var keys = Array.from(allKeys).filter(chart.keys).sort();
+      var keys = Array.from(allKeys).filter(chart.keys).sort(function (a, b) {
+        return (b === chart.total) - (a === chart.total) || (a < b ? -1 : 1);  // the total first
+      });
       var traces = keys.map(function (key) {
         var xs = [], ys = [];
         steps.forEach(function (s) {
           var v = metrics.get(s).metrics[key];
           if (typeof v === "number") { xs.push(s); ys.push(v); }
         });
-        return {x: xs, y: ys, name: key, mode: xs.length > 30 ? "lines" : "lines+markers", type: "scatter"};
+        var trace = {x: xs, y: ys, name: chart.label(key), mode: xs.length > 30 ? "lines" : "lines+markers", type: "scatter",
+                     hovertemplate: "step %{x}: %{y:.4g}<extra>" + chart.label(key) + "</extra>"};
+        if (key === chart.total) trace.line = {width: 3, color: "#111827"};
+        return trace;
       });
       if (chart.evals) {
-        var byStep = evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
-        traces.push({x: byStep.map(function (e) { return e.step; }), y: byStep.map(function (e) { return e["pass@1"]; }),
-                     name: "held-out pass@1", mode: "lines+markers", type: "scatter"});
+        var byStep = evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; })
+          .sort(function (a, b) { return a.step - b.step; });
+        if (byStep.length) {
+          traces.push({x: byStep.map(function (e) { return e.step; }), y: byStep.map(function (e) { return e["pass@1"]; }),
+                       name: "held-out pass@1", mode: "lines+markers", type: "scatter", line: {width: 3, color: "#15803d"},
+                       hovertemplate: "step %{x}: %{y:.0%}<extra>held-out pass@1</extra>"});
+        }
       }
       var el = document.getElementById(chart.id);
       el.dataset.points = steps.length;
-      Plotly.react(el, traces, Object.assign({}, LAYOUT, {title: {text: chart.title, font: {size: 13}}}),
-                   {displaylogo: false, responsive: true});
+      var title = {text: chart.title, font: {size: 13}};
+      var hasPoints = traces.some(function (t) { return t.x.length; });
+      var layout = hasPoints
+        ? Object.assign({}, LAYOUT, {title: title, yaxis: Object.assign({automargin: true, exponentformat: "e"}, chart.y),
+                                     showlegend: traces.length > 1},
+                        traces.length > 1 ? {} : {margin: Object.assign({}, LAYOUT.margin, {b: 44})})
+        : Object.assign(emptyLayout(finished ? "no data recorded" : "waiting for the first step…"), {title: title});
+      Plotly.react(el, traces, layout, {displaylogo: false, responsive: true});
     });
   }
 
@@ -67,6 +103,13 @@
   }
 
   // ---- progress, ETA, headline, status -----------------------------------------------------------
+  function duration(seconds) {
+    if (!(seconds >= 0)) return "";
+    if (seconds >= 3600) return (seconds / 3600).toFixed(1) + " h";
+    if (seconds >= 60) return Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
+    return Math.round(seconds) + " s";
+  }
+
   function drawProgress() {
     var steps = sortedSteps();
     var step = steps.length ? steps[steps.length - 1] : run.step;
@@ -74,14 +117,22 @@
     document.getElementById("run-progress").style.width = (run.steps ? Math.min(100, 100 * step / run.steps) : 0) + "%";
     var eta = "";
     var timed = steps.filter(function (s) { return typeof metrics.get(s).time === "number"; });
-    if (!finished && timed.length >= 2 && step < run.steps) {
+    if (run.status === "running" && timed.length >= 2 && step < run.steps) {
       var first = timed[Math.max(0, timed.length - 20)], last = timed[timed.length - 1];
       var perStep = (metrics.get(last).time - metrics.get(first).time) / (last - first);
       var left = Math.max(0, (run.steps - step) * perStep);
-      eta = "ETA " + (left >= 3600 ? (left / 3600).toFixed(1) + " h" : left >= 60 ? Math.round(left / 60) + " min" : Math.round(left) + " s")
-        + " · " + perStep.toFixed(1) + " s/step";
+      eta = "ETA " + duration(left) + " · " + perStep.toFixed(1) + " s/step";
     } else if (finished) {
-      eta = run.status;
+      // After a resume, started..finished also spans the time the run sat stopped: no duration then.
+      var resumed = Number(document.getElementById("run-progress").parentNode.dataset.resumed) > 0;
+      eta = run.status + (run.started && run.finished && !resumed
+        ? " after " + duration((Date.parse(run.finished) - Date.parse(run.started)) / 1000) : "");
+    } else if (run.status === "queued") {
+      eta = "queued: waiting for a worker";
+    } else if (run.status === "cancelling") {
+      eta = "cancelling: saving a checkpoint…";
+    } else if (!finished && step === 0) {
+      eta = "loading the model and sampling the first step…";
     }
     document.getElementById("run-eta").textContent = eta;
   }
@@ -95,14 +146,18 @@
     var el = document.getElementById("headline");
     el.textContent = "held-out pass@1 " + before + "% → " + after + "% ";
     var span = document.createElement("span");
-    span.className = delta >= 0 ? "delta-up" : "delta-down";
-    span.textContent = "(" + (delta >= 0 ? "+" : "") + delta + ")";
+    span.className = delta > 0 ? "delta-up" : delta < 0 ? "delta-down" : "delta-flat";
+    span.textContent = "(" + (delta > 0 ? "+" : delta < 0 ? "" : "±") + delta + ")";
+    span.title = "change in percentage points, step " + points[0].step + " → step " + points[points.length - 1].step;
     el.appendChild(span);
   }
 
   function setStatus(status, error) {
     run.status = status;
     finished = ["succeeded", "failed", "cancelled"].indexOf(status) >= 0;
+    if (finished && !run.finished) run.finished = new Date().toISOString();
+    if (!finished) run.finished = null;
+    if (status === "running" && !run.started) run.started = new Date().toISOString();
     var badge = document.getElementById("run-status");
     badge.textContent = status;
     badge.className = "status status-" + status;
@@ -118,6 +173,9 @@
     var w = 90, h = 20;
     var svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     svg.setAttribute("width", w); svg.setAttribute("height", h); svg.setAttribute("class", "spark");
+    var tip = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    tip.textContent = "pass rate by step (0–100%): " + history.map(function (p) { return p[0] + ": " + Math.round(p[1] * 100) + "%"; }).join(", ");
+    svg.appendChild(tip);
     if (!history.length) return svg;
     var first = history[0][0], last = history[history.length - 1][0], span = Math.max(1, last - first);
     var pts = history.map(function (p) {
@@ -139,10 +197,18 @@
       .filter(function (p) { return !filter || p.problem_id.toLowerCase().indexOf(filter) >= 0; })
       .sort(function (a, b) { return a.pass_rate - b.pass_rate || (a.problem_id < b.problem_id ? -1 : 1); });
     var frag = document.createDocumentFragment();
+    if (!rows.length) {
+      var empty = document.createElement("tr"), cell = document.createElement("td");
+      cell.colSpan = 5; cell.className = "muted";
+      cell.textContent = problems.size ? "No problem id contains “" + filterInput.value + "”."
+        : finished ? "No problem was sampled." : "Problems appear here as the first step samples them.";
+      empty.appendChild(cell); frag.appendChild(empty);
+    }
     rows.forEach(function (p) {
       var tr = document.createElement("tr");
       tr.className = "clickable";
       tr.dataset.problem = p.problem_id;
+      if (p.problem_id === openProblem) tr.classList.add("selected");
       [p.problem_id, p.split, Math.round(p.pass_rate * 100) + "%"].forEach(function (text) {
         var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       });
@@ -165,13 +231,33 @@
   });
 
   function loadCandidates(problemId, status) {
-    openProblem = problemId; openStatus = status;
+    if (openProblem !== problemId) {
+      openProblem = problemId;
+      document.querySelectorAll("#problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
+      var row = document.querySelector('#problems tr[data-problem="' + CSS.escape(problemId) + '"]');
+      if (row) row.classList.add("selected");
+    }
+    openStatus = status;
     var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" + (status ? "?status=" + status : "");
     fetch(url, {credentials: "same-origin"}).then(function (r) {
       if (!r.ok) throw new Error("HTTP " + r.status);
       return r.text();
     }).then(function (html) {
-      document.getElementById("candidates").innerHTML = html;  // server-rendered, escaped by the template
+      var box = document.getElementById("candidates");
+      // A live refresh of the same problem keeps the candidates the user expanded or collapsed.
+      var same = box.dataset.problem === problemId && box.dataset.status === (status || "");
+      var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
+        return [d.dataset.step + ":" + d.dataset.index, d.open];
+      }) : [];
+      box.innerHTML = html;  // server-rendered, escaped by the template
+      box.dataset.problem = problemId; box.dataset.status = status || "";
+      if (open.length) {
+        var wasOpen = new Map(open);
+        box.querySelectorAll("details.candidate").forEach(function (d) {
+          var key = d.dataset.step + ":" + d.dataset.index;
+          if (wasOpen.has(key)) d.open = wasOpen.get(key);
+        });
+      }
     }).catch(function (err) {
       document.getElementById("candidates").textContent = "Could not load candidates: " + err.message;
     });

@@ -66,6 +66,20 @@ class ListOrStringField(forms.CharField):
         raise forms.ValidationError('must be a JSON list of strings such as ["\\n\\n"], or empty for the default')
 
 
+def _bounds_validator(schema: dict):
+    """Checks the schema's bounds on the form field itself, so every out-of-range field is marked at once
+    (the config validation behind it stops at the first bad field); the message matches the config's."""
+    checks = [(key, sym, schema[key]) for key, sym in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                                                       ("maximum", "<="), ("exclusiveMaximum", "<")) if key in schema]
+    ops = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b, "<=": lambda v, b: v <= b, "<": lambda v, b: v < b}
+    text = " and ".join(f"{sym} {bound}" for _, sym, bound in checks)
+
+    def validate(value):
+        if value is not None and not all(ops[sym](value, bound) for _, sym, bound in checks):
+            raise forms.ValidationError(f"must be {text}; got {value!r}")
+    return validate
+
+
 def _leaf_field(schema: dict, label: str) -> forms.Field:
     help_text = schema.get("description", "")
     bounds = _bounds_text(schema)
@@ -88,11 +102,13 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         attrs["min"] = schema["minimum"]
     if "maximum" in schema:
         attrs["max"] = schema["maximum"]
+    validators = [_bounds_validator(schema)] if bounds else []
     if base == "integer":
-        return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), **common)
+        return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), validators=validators,
+                                  **common)
     if base == "number":
         return forms.FloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
-                                **common)
+                                validators=validators, **common)
     return forms.CharField(required=not nullable, **common)
 
 
@@ -149,6 +165,9 @@ class RunForm(forms.Form):
         from webapp.problems.models import ProblemSet
 
         self.fields["problem_set"].queryset = ProblemSet.objects.visible_to(user).order_by("-created")
+        self.fields["problem_set"].label_from_instance = lambda ps: (
+            f"{ps.name}: {ps.problem_count} problem{'s' if ps.problem_count != 1 else ''} "
+            f"({ps.train_count} train / {ps.heldout_count} held-out)")
         initial = flatten(initial_config or {})
         self.sections = set()
         self.defaults = {}

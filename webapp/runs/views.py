@@ -55,6 +55,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
         if problem_set.isdigit():
             initial["problem_set"] = int(problem_set)
         form = RunForm(user=request.user, initial=initial, initial_config=initial_config)
+        if "problem_set" not in initial:  # preselect the newest set rather than an empty "---------"
+            newest = form.fields["problem_set"].queryset.first()
+            if newest is not None:
+                form.initial["problem_set"] = newest.pk
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
                      "values": flatten(merge_config(default_config(), p["config"]))} for p in presets()]
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset})
@@ -145,12 +149,14 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"ids must be run numbers separated by commas, got {request.GET.get('ids')!r}")
         return redirect("run-list")
     ids = list(dict.fromkeys(int(x) for x in raw))
-    runs = {r.pk: r for r in Run.objects.visible_to(request.user).filter(pk__in=ids)}
+    runs = {r.pk: r for r in Run.objects.visible_to(request.user).select_related("problem_set").filter(pk__in=ids)}
     missing = [i for i in ids if i not in runs]
     if missing:
         raise Http404(f"no run {missing[0]}")
     ordered = [runs[i] for i in ids]
-    flats = [flatten(r.config) for r in ordered]
+    # config["problems"] is each run's own copy of the problems file, so it always differs: show the set.
+    flats = [{k: v for k, v in flatten(r.config).items() if k != "problems"}
+             | {"problem set": r.problem_set.name if r.problem_set else "(deleted)"} for r in ordered]
     keys = sorted(set().union(*flats)) if flats else []
     diff = [(k, [f.get(k) for f in flats]) for k in keys]
     differing = [(k, values) for k, values in diff if len({repr(v) for v in values}) > 1]

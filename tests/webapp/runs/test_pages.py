@@ -130,3 +130,18 @@ def test_the_embedded_state_is_json_that_cannot_close_its_script_tag(client_alic
     assert state["metrics"][0]["step"] == 1 and state["metrics"][0]["metrics"]["kl"] == 0.001
     assert state["problems"][0]["problem_id"] == "</script><b>x" and state["problems"][0]["history"] == [[1, 0.5]]
     assert state["health"]["passed"] == 1 and state["last_seq"] == 1
+
+
+def test_every_out_of_range_field_is_marked_at_once(client_alice, problem_set):
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"ppo.clip_range": "-1", "sampling.temperature": "99",
+                                                                 "train.steps": "0"}))
+    form = r.context["form"]
+    assert "got -1.0" in form["ppo.clip_range"].errors[0]
+    assert "<= 10.0; got 99.0" in form["sampling.temperature"].errors[0]
+    assert ">= 1; got 0" in form["train.steps"].errors[0]
+
+
+def test_compare_diffs_the_problem_set_not_each_runs_copy_of_the_problems(client_alice, user, problem_set, run):
+    other = create_run(user, "other", problem_set, {**TINY_OVERRIDES, "ppo": {"kl_coef": 0.1}})
+    html = client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
+    assert "problems.jsonl" not in html
