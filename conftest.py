@@ -16,9 +16,20 @@ ROOT = Path(__file__).resolve().parent
 # CRUCIBLE_DATA_DIR for tests defaults to var/test (webapp/settings/test.py).
 
 
+BROWSER_DIR = ROOT / "tests" / "browser"
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    # Playwright's event loop upsets later asyncio tests: browser tests run last.
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    # Playwright's event loop upsets later asyncio tests: browser tests run last. A wrapper, so
+    # the sort happens after pytest-django's own reordering (stable: its order is kept otherwise).
+    result = yield
+
+    def is_browser(item) -> bool:
+        return BROWSER_DIR in Path(str(item.fspath)).parents
+
+    items.sort(key=is_browser)
+    return result
 
 
 def free_port() -> int:

@@ -11,8 +11,11 @@ OUTPUT_DIR = Path(__file__).resolve().parents[2] / "test-results"
 
 
 def pytest_collection_modifyitems(items):
+    # The hook sees the whole session's items: mark only the tests of this folder.
+    here = Path(__file__).resolve().parent
     for item in items:
-        item.add_marker(pytest.mark.browser)
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(scope="session")
