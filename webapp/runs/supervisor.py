@@ -199,8 +199,9 @@ def supervise_run(run_id: int) -> str:
         services.finish_run(run, "failed", f"could not start the trainer: {exc}")
         return f"run {run_id} failed to start"
     Run.objects.filter(pk=run.pk).update(trainer_pid=proc.pid)
+    attempt = run.resume_count
     try:
-        return _follow(run, proc, follower)
+        return _follow(run, proc, follower, attempt)
     finally:
         if proc.poll() is None:  # the supervisor itself failed: do not leave a trainer behind
             _signal_group(proc, signal.SIGTERM)
@@ -210,11 +211,12 @@ def supervise_run(run_id: int) -> str:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
             run.refresh_from_db()
-            services.finish_run(run, "failed", "the supervisor stopped unexpectedly; see the worker log")
+            if run.resume_count == attempt:
+                services.finish_run(run, "failed", "the supervisor stopped unexpectedly; see the worker log")
         follower.close()
 
 
-def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower) -> str:
+def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: int) -> str:
     last_check = 0.0
     term_sent: float | None = None
     done_seen = False
@@ -239,6 +241,10 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower) -> str:
             _signal_group(proc, signal.SIGKILL)
         time.sleep(POLL_S)
     run.refresh_from_db()
+    if run.resume_count != attempt:
+        # The trainer's `done` finished the run and the user resumed it before this trainer process
+        # had exited: the run now belongs to the new attempt, whose verdict this one must not touch.
+        return f"run {run.pk} was resumed while its previous trainer exited; left to the new attempt"
     if done_seen and run.is_finished:
         return f"run {run.pk} {run.status}"
     if run.status == "cancelling":

@@ -1,7 +1,8 @@
 """A stand-in for `python -m training run` that the supervisor tests launch to script exit paths.
 
 Reads the same CLI (`run --config C --out D [--resume]`) and writes documented event lines; what it
-does next comes from `scripted.json` in the run dir: {"steps": N, "then": "done"|"crash"|"hang"}.
+does next comes from `scripted.json` in the run dir: {"steps": N, "then": "done"|"crash"|"hang",
+"linger_s": S (seconds between the final `done` on SIGTERM and the exit)}.
 On SIGTERM it writes `done cancelled` like the real trainer.
 """
 import argparse
@@ -30,6 +31,7 @@ def main() -> None:
     def on_term(signum, frame):
         emit(event="checkpoint", step=script.get("steps", 0), path="checkpoints/last", kind="adapter")
         emit(event="done", status="cancelled", error=None)
+        time.sleep(script.get("linger_s", 0))  # a trainer may take a moment to exit after its last line
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_term)

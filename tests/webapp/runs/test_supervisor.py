@@ -95,6 +95,31 @@ def test_cancel_sends_sigterm_and_the_trainer_checkpoints_and_stops(user, settin
     assert not pid_alive(int((run.path / "pid").read_text()))
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_run_resumed_while_its_cancelled_trainer_exits_is_left_to_the_new_attempt(user, monkeypatch):
+    from webapp.runs import services
+    from webapp.runs.services import create_run, resume_run
+
+    from .conftest import TINY_OVERRIDES, make_problem_set
+
+    monkeypatch.setattr(services, "enqueue_run", lambda run: None)  # the new attempt is not started here
+    run = create_run(user, "cancel then resume", make_problem_set(user), TINY_OVERRIDES)
+    script(run, steps=1, then="hang", linger_s=2)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(supervise_run(run.pk)))
+    thread.start()
+    try:
+        wait_for(lambda: (run.path / "pid").exists() and Run.objects.get(pk=run.pk).step == 1)
+        cancel_run(run)
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "cancelled")  # `done` ingested, trainer lingering
+        resume_run(Run.objects.get(pk=run.pk))
+    finally:
+        thread.join(60)
+    run.refresh_from_db()
+    assert run.status == "queued" and run.resume_count == 1 and not run.error
+    assert "left to the new attempt" in outcome[0]
+
+
 def test_a_run_whose_worker_died_is_marked_failed_and_keeps_its_events(run):
     assert run.claim(host=__import__("socket").gethostname(), pid=2 ** 22 + 7)  # no such process
     write_events(run.path / "events.jsonl", [step_event(1), {"event": "done", "status": "cancelled", "error": None}])
