@@ -146,10 +146,14 @@ def _read_candidates(path: str, problem_ids: set[str]):
         if not isinstance(pid, (str, int)) or str(pid) not in problem_ids:
             raise UsageError(f"{path} line {lineno}: problem_id {pid!r} is not in the problems file")
         given = [k for k in ("code", "completion", "reply") if obj.get(k) is not None]
-        if len(given) != 1 or not isinstance(obj[given[0]], str):
-            raise UsageError(f"{path} line {lineno}: needs exactly one string field of "
+        if len(given) != 1:
+            raise UsageError(f"{path} line {lineno}: needs exactly one of the fields "
                              f"code, completion, reply (got {', '.join(given) or 'none'})")
-        cands.append(Candidate(problem_id=str(pid), **{given[0]: obj[given[0]]}))
+        if not isinstance(obj[given[0]], str):
+            raise UsageError(f"{path} line {lineno}: {given[0]}: must be a string, got "
+                             f"{type(obj[given[0]]).__name__}")
+        # candidate_index is the 0-based line number in the file (DESIGN.md), blank lines included.
+        cands.append((lineno - 1, Candidate(problem_id=str(pid), **{given[0]: obj[given[0]]})))
     return cands
 
 
@@ -157,7 +161,8 @@ def cmd_run_batch(a) -> int:
     from .runner import Runner, summarize
     res = _load_problems(a.problems, a.format)
     problems = {p.id: p for p in res.problems}
-    cands = _read_candidates(a.candidates, set(problems))
+    numbered = _read_candidates(a.candidates, set(problems))
+    cands = [cand for _, cand in numbered]
     if a.workers is not None and a.workers < 1:
         raise UsageError("--workers must be at least 1")
     with Runner(backend=a.backend, workers=a.workers, mode=a.mode, timeout_s=a.timeout,
@@ -166,8 +171,8 @@ def cmd_run_batch(a) -> int:
         results = runner.run_batch(problems, cands)
         wall = time.monotonic() - t0
     isolation = next((r.isolation for r in results if r.isolation != "none"), "none")
-    for i, (cand, r) in enumerate(zip(cands, results)):
-        _print({**r.to_dict(), "problem_id": cand.problem_id, "candidate_index": i})
+    for (index, cand), r in zip(numbered, results):
+        _print({**r.to_dict(), "problem_id": cand.problem_id, "candidate_index": index})
     _print({"summary": {**summarize(results, wall, isolation), "mode": a.mode,
                         "workers": runner.workers}})
     return 0
@@ -183,10 +188,14 @@ def cmd_check(a) -> int:
     for row in rows:
         _print(row)
         passed += row["reference_passed"] and row["empty_failed"]
-    failed = len(rows) - passed
-    print(f"{passed} passed, {failed} failed" +
-          (f" ({len(res.errors)} line(s) could not be imported)" if res.errors else ""))
-    return 1 if failed or res.errors else 0
+    # A line that could not be imported is a problem that failed its check; the last stdout line
+    # stays exactly `N passed, M failed` (scripts parse it), the explanation goes to stderr.
+    failed = len(rows) - passed + len(res.errors)
+    if res.errors:
+        print(f"note: {len(res.errors)} of the failed are line(s) that could not be imported "
+              f"(see the warnings above)", file=sys.stderr)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
 
 
 def cmd_bench(a) -> int:

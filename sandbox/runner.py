@@ -44,6 +44,10 @@ class Runner:
     def __init__(self, backend: str = "process", workers: int | None = None, mode: str = "warm",
                  timeout_s: float | None = None, memory_mb: int | None = None, **backend_options):
         from .backends import get_executor
+        if timeout_s is not None or memory_mb is not None:
+            # Fail here, once, rather than as a "sandbox failure" result on every candidate.
+            Limits(time_limit_s=2.0 if timeout_s is None else timeout_s,
+                   memory_mb=256 if memory_mb is None else memory_mb)
         self.workers = max(1, int(workers or os.cpu_count() or 1))
         self.mode = mode
         self.timeout_s = timeout_s

@@ -161,16 +161,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config_for_run(args)
     check_model_path(cfg.model.name_or_path)
-    load_problems_or_fail(cfg.problems)
+    if not any(p.split == "train" for p in load_problems_or_fail(cfg.problems)):
+        raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on")
     if args.resume and not args.out.exists():
         raise UsageError(f"--resume: run directory not found: {args.out}")
     _set_threads(args.threads if args.threads is not None else default_cpu_threads(cfg.sandbox.workers))
     args.out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, args.out / "config.yaml")
 
+    from training.policy import ModelLoadError
     from training.trainer import train
 
-    status = train(cfg, args.out, resume=args.resume, stop_file=args.stop_file, progress=not args.no_progress)
+    try:
+        status = train(cfg, args.out, resume=args.resume, stop_file=args.stop_file,
+                       progress=not args.no_progress)
+    except ModelLoadError as e:  # bad input: `done` (failed, with this message) is already written
+        raise UsageError(str(e)) from None
     print(json.dumps({"status": status, "out": str(args.out)}))
     return 0 if status in ("succeeded", "cancelled") else 1
 

@@ -345,6 +345,10 @@ class SandboxConfig(_Section):
     def _check(self) -> None:
         if not self.backend.strip():
             raise ConfigError("backend", 'must not be empty; "process" is the default backend')
+        from sandbox.backends import backend_names
+
+        if self.backend not in backend_names():
+            raise ConfigError("backend", f"must be one of {', '.join(backend_names())}; got {self.backend!r}")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import ast
 import math
 import re
 import statistics
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,8 +224,12 @@ def group_median_length(codes: Sequence[str]) -> float | None:
 
 def _defines(code: str, name: str) -> bool:
     try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+        # Model output is arbitrary: silence its SyntaxWarnings (they would flood the trainer's
+        # stderr) and survive degenerate nesting ("------...1") that overflows the parser.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False  # a program that does not compile defines nothing
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:

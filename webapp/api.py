@@ -1,6 +1,7 @@
 """The JSON API (`/api/`, OpenAPI schema at `/api/openapi.json`). Apps contribute routers."""
 from django.http import HttpRequest
 from ninja import NinjaAPI
+from ninja.errors import ValidationError
 
 from webapp.accounts.auth import API_AUTH
 
@@ -15,6 +16,25 @@ api = NinjaAPI(
     docs_url="/docs",
     urls_namespace="api",
 )
+
+
+# Where ninja says a bad value came from; the rest of `loc` is the field (DESIGN.md: 400 naming it).
+_SOURCES = ("body", "query", "path", "form", "file", "header", "cookie")
+
+
+@api.exception_handler(ValidationError)
+def bad_input(request: HttpRequest, exc: ValidationError):
+    """Malformed input answers 400 `{detail, field, errors}`, like a bad config value does."""
+    first = exc.errors[0] if exc.errors else {}
+    loc = [str(part) for part in first.get("loc", ())]
+    if loc and loc[0] in _SOURCES:
+        loc = loc[1:]
+        if loc and loc[0] == "payload":  # the view's parameter name, not part of the document
+            loc = loc[1:]
+    field = ".".join(loc) or None
+    message = first.get("msg", "invalid input")
+    return api.create_response(request, {"detail": f"{field}: {message}" if field else message,
+                                         "field": field, "errors": exc.errors}, status=400)
 
 
 @api.get("/me", summary="The authenticated user")

@@ -23,14 +23,20 @@ def register(name: str):
     return deco
 
 
-def get_executor(name: str = "process", **options) -> "Executor":
-    """An executor of backend `name`; an unknown name raises and lists the valid ones."""
+def backend_names() -> list[str]:
+    """Names of the registered backends (whether or not each can run on this machine)."""
     import importlib
     for module in ("process", "docker"):  # registration
         try:
             importlib.import_module(f"{__package__}.{module}")
         except ImportError:
             pass
+    return sorted(BACKENDS)
+
+
+def get_executor(name: str = "process", **options) -> "Executor":
+    """An executor of backend `name`; an unknown name raises and lists the valid ones."""
+    backend_names()
     if name not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {name!r}; valid: {', '.join(sorted(BACKENDS))}")
     return BACKENDS[name](**options)

@@ -139,3 +139,38 @@ def _orphaned_sandboxes() -> list[str]:
                     found.append(f"{name}: {path}")
                 break
     return found
+
+
+def test_run_batch_candidate_index_is_the_line_number_even_after_a_blank_line(files):
+    cands = files / "c.jsonl"
+    cands.write_text('{"problem_id": "sq", "code": "def sq(x):\\n    return x * x\\n"}\n\n'
+                     '{"problem_id": "sq", "completion": "    return 0\\n"}\n')
+    out = cli("run-batch", "--problems", files / "set.jsonl", "--candidates", cands, "--workers", 1)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["candidate_index"], r["status"]) for r in lines[:2]] == [(0, "passed"), (2, "failed")]
+    assert set(lines[2]) == {"summary"}
+    assert {"candidates", "passed", "wall_s", "executions_per_s", "isolation"} <= set(lines[2]["summary"])
+
+
+def test_run_batch_names_the_field_of_a_candidate_whose_code_is_not_a_string(files):
+    cands = files / "c.jsonl"
+    cands.write_text('{"problem_id": "sq", "code": 5}\n')
+    out = cli("run-batch", "--problems", files / "set.jsonl", "--candidates", cands)
+    assert out.returncode == 2 and "line 1" in out.stderr and "code: must be a string" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_run_batch_refuses_a_bad_limit_as_a_usage_error(files):
+    cands = files / "c.jsonl"
+    cands.write_text('{"problem_id": "sq", "code": "x"}\n')
+    out = cli("run-batch", "--problems", files / "set.jsonl", "--candidates", cands, "--timeout", -1)
+    assert out.returncode == 2 and "time_limit_s" in out.stderr and out.stdout == ""
+
+
+def test_check_last_line_stays_exact_when_some_lines_cannot_be_imported(files):
+    (files / "mixed.jsonl").write_text(json.dumps(SQ) + "\n" + '{"id": "x", "kind": "nope"}\n')
+    out = cli("check", files / "mixed.jsonl")
+    assert out.returncode == 1
+    assert out.stdout.splitlines()[-1] == "1 passed, 1 failed"
+    assert "line 2" in out.stderr and "kind" in out.stderr

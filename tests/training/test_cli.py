@@ -79,6 +79,26 @@ def test_run_passes_the_overridden_config_to_the_trainer(run_yaml, tmp_path, mon
     assert calls[1][0] == cfg and calls[1][2] is True
 
 
+def test_a_directory_that_holds_no_model_is_one_line_and_a_failed_done_event(run_yaml, tmp_path, capsys):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    out = tmp_path / "r"
+    code = cli.main(["run", "--config", str(run_yaml), "--out", str(out), "--no-progress",
+                     "--set", f"model.name_or_path={empty}"])
+    assert code == 2
+    assert error_line(capsys).startswith("error: model.name_or_path: cannot load")
+    done = json.loads((out / "events.jsonl").read_text().splitlines()[-1])
+    assert done["event"] == "done" and done["status"] == "failed" and "model.name_or_path" in done["error"]
+
+
+def test_a_problem_file_without_a_train_split_is_refused(run_yaml, tmp_path, capsys):
+    only_heldout = tmp_path / "heldout.jsonl"
+    only_heldout.write_text(json.dumps(GOOD_PROBLEM) + "\n")
+    assert cli.main(["run", "--config", str(run_yaml), "--out", str(tmp_path / "r"),
+                     "--set", f"problems={only_heldout}"]) == 2
+    assert "no problem with split 'train'" in error_line(capsys)
+
+
 def test_resume_of_a_missing_run_directory_is_refused(run_yaml, tmp_path, capsys):
     assert cli.main(["run", "--config", str(run_yaml), "--out", str(tmp_path / "none"), "--resume"]) == 2
     assert "run directory not found" in error_line(capsys)

@@ -81,6 +81,7 @@ INVALID = [
     ({"sandbox": {"timeout_s": 0}}, "sandbox.timeout_s", "> 0"),
     ({"sandbox": {"memory_mb": 1}}, "sandbox.memory_mb", ">= 16"),
     ({"sandbox": {"mode": "hot"}}, "sandbox.mode", "warm, cold"),
+    ({"sandbox": {"backend": "nope"}}, "sandbox.backend", "docker, process"),
     ({"problems": ""}, "problems", "must not be empty"),
     ({"optimizer": {}}, "optimizer", "valid keys: model, problems"),
     ({"ppo": [1, 2]}, "ppo", "mapping"),

@@ -117,3 +117,8 @@ def test_without_normalisation_the_total_is_the_plain_weighted_sum():
 def test_group_median_length_ignores_empty_programs():
     assert R.group_median_length(["ab", "", "abcd", "abcdef"]) == 4.0
     assert R.group_median_length(["", " "]) is None
+
+
+def test_format_survives_a_degenerate_program_nested_past_the_parser_limit():
+    deep = "def add(a, b):\n    return a + b\nx = " + "-" * 20000 + "1\n"
+    assert R.format_reward(ctx(code=deep, result=result("syntax_error", 0, 2, syntax_ok=False))) == 0.5

@@ -78,7 +78,7 @@ class ProblemOut(Schema):
     problem_id: str
     split: str
     pass_rate: float
-    history: list[list[float]]
+    history: list[tuple[int, float]] = Field(description="[[step, pass_rate], ...] by step")
     zero_variance_groups: int
 
 

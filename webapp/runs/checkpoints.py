@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 CHUNK = 1 << 20
+# training.checkpoint.STATE_DIR, spelled out: importing that module would load torch into the web server.
+STATE_DIR = "training_state"
 
 
 def resolve_checkpoint_dir(run, relative: str) -> Path:
@@ -44,9 +46,15 @@ def resolve_checkpoint_dir(run, relative: str) -> Path:
 
 
 def checkpoint_files(directory: Path) -> list[tuple[Path, str]]:
-    """(absolute path, archive name) of every regular file; PermissionError on a symlink or special file."""
+    """(absolute path, archive name) of every regular file; PermissionError on a symlink or special file.
+
+    The trainer's resume state (``training_state/``: optimizer, scheduler, RNG) is not part of the
+    Hugging Face directory and is left out: for a full fine-tune it is twice the model's size.
+    """
     out = []
     for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
+        if Path(dirpath) == directory and STATE_DIR in dirnames:
+            dirnames.remove(STATE_DIR)
         dirnames.sort()
         for name in sorted(dirnames + filenames):
             full = Path(dirpath) / name

@@ -251,15 +251,18 @@ def problem_splits(run_dir: str) -> dict[str, str]:
 
 
 def directory_size(run: Run, relative: str) -> int:
-    """Bytes of the regular files under run_dir/relative (symlinks not followed); 0 when missing."""
-    from .checkpoints import resolve_checkpoint_dir
+    """Bytes of the regular files under run_dir/relative that a download holds (symlinks not followed,
+    the trainer's resume state left out); 0 when missing."""
+    from .checkpoints import STATE_DIR, resolve_checkpoint_dir
 
     try:
         root = resolve_checkpoint_dir(run, relative)
     except (FileNotFoundError, PermissionError):
         return 0
     total = 0
-    for dirpath, _dirs, files in os.walk(root):
+    for dirpath, dirs, files in os.walk(root):
+        if dirpath == str(root) and STATE_DIR in dirs:
+            dirs.remove(STATE_DIR)
         for name in files:
             st = os.lstat(os.path.join(dirpath, name))
             if not os.path.islink(os.path.join(dirpath, name)):

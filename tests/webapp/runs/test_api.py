@@ -74,7 +74,8 @@ def test_candidates_accept_a_problem_id_with_a_slash(client_alice, run):
     failed = client_alice.get(url + "?status=failed&step=1").json()
     assert len(failed) == 1 and failed[0]["result"]["status"] == "failed" and not failed[0]["passed"]
     assert set(failed[0]) >= {"step", "index", "code", "reward", "rewards", "result"}
-    assert client_alice.get(url + "?status=bogus").status_code == 422
+    bogus = client_alice.get(url + "?status=bogus")
+    assert bogus.status_code == 400 and bogus.json()["field"] == "status"
 
 
 def test_cancel_and_resume(client_alice, run):
@@ -93,6 +94,23 @@ def test_checkpoint_download_is_a_tar_gz_of_the_directory(client_alice, run):
         names = sorted(tar.getnames())
         assert names == ["step-2/adapter_config.json", "step-2/adapter_model.safetensors"]
         assert json.loads(tar.extractfile("step-2/adapter_config.json").read()) == {"r": 8}
+
+
+def test_checkpoint_download_and_size_leave_out_the_resume_state(client_alice, run):
+    finished_run(run)
+    state = run.path / "checkpoints" / "step-2" / "training_state"
+    state.mkdir()
+    (state / "optimizer.pt").write_bytes(b"\x01" * 100_000)
+    from training.checkpoint import STATE_DIR
+    from webapp.runs.checkpoints import STATE_DIR as WEB_STATE_DIR
+    from webapp.runs.services import directory_size
+
+    assert WEB_STATE_DIR == STATE_DIR
+    assert directory_size(run, "checkpoints/step-2") < 100_000
+    ckpt = run.checkpoints.get()
+    r = client_alice.get(f"/api/runs/{run.pk}/checkpoints/{ckpt.pk}/download")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(r.streaming_content)), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == ["step-2/adapter_config.json", "step-2/adapter_model.safetensors"]
 
 
 def test_checkpoint_download_refuses_symlinks_and_escapes(client_alice, run, tmp_path):
