@@ -1,0 +1,300 @@
+"""GPU check: one RL step of a Qwen3.5-9B-shaped model (random weights, bf16, LoRA r=16) through our
+own training code, with peak memory, generation and update throughput.
+
+    python benchmarks/gpu_check.py            # on the GPU machine (one H200): well under 10 minutes
+    python benchmarks/gpu_check.py --tiny     # smoke test of the same path on CPU, in about a minute
+
+On the device machine (repository root; $OUT comes back):
+    python benchmarks/gpu_check.py --json-out $OUT/gpu_check.json 2>&1 | tee $OUT/gpu_check.log;
+    cp benchmarks/RESULTS.md $OUT/
+
+Prepared for a short, prepaid GPU session (DESIGN.md "GPU check"): nothing is downloaded and nothing
+outside torch / transformers / peft / accelerate (+ the standard library) is needed; the sandbox uses
+its process backend, which runs without bubblewrap when it is missing.
+
+How it runs our code: ``training.trainer.train`` for ``--steps`` steps on a handful of short demo
+problems, with held-out eval off. The model directory holds a locally trained tokenizer and the
+config only; ``AutoModelForCausalLM.from_pretrained`` is redirected (in this process) to build that
+config directly on the GPU in bf16 with weight initialisation skipped and the weights then filled
+with N(0, 0.02) on the device, so the 9B shape costs seconds instead of a 17 GB download. Everything
+after that (LoRA wrap, gradient checkpointing, generate, sandbox, rewards, reference log-probs with
+adapters disabled, PPO update, AdamW, events, adapter checkpoint) is the production path.
+
+Prints one table (peak memory, generation tokens/s, update tokens/s, step seconds) and writes the
+same numbers into the ``gpu-check`` section of RESULTS.md (``--no-write`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEMO_PROBLEMS = ROOT / "data" / "demo" / "problems.jsonl"
+
+# Qwen3.5-9B's text stack, expressed as a Qwen3 (dense) model: 32 layers, hidden 4096, 16 query heads of
+# 256 (= hidden), 4 KV heads, MLP 12288, ~152k vocabulary, untied embeddings.
+SHAPE_9B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=16,
+                num_key_value_heads=4, head_dim=256, vocab_size=151936, max_position_embeddings=8192,
+                tie_word_embeddings=False, rope_theta=1_000_000.0)
+# Same code path, CPU-sized; vocabulary larger than the tokenizer's on purpose (like a random 9B model,
+# it samples ids the tokenizer has never seen).
+SHAPE_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=4096, max_position_embeddings=1024,
+                  tie_word_embeddings=False, rope_theta=10_000.0)
+
+
+def log(msg: str) -> None:
+    print(f"[gpu-check {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def write_problem_file(out: Path, n: int) -> Path:
+    rows = [json.loads(line) for line in DEMO_PROBLEMS.read_text().splitlines() if line.strip()]
+    train = [r for r in rows if r.get("split", "train") == "train"][:n]
+    out.write_text("".join(json.dumps({**r, "split": "train"}) + "\n" for r in train))
+    return out
+
+
+def prepare_model_dir(out: Path, shape: dict) -> Path:
+    """A model directory with a local byte-level BPE tokenizer and a Qwen3 config (no weights)."""
+    from transformers import Qwen3Config
+
+    from training.tiny_model import PYTHON_SNIPPETS, train_tokenizer
+
+    texts = [PYTHON_SNIPPETS] + [json.loads(line).get("reference_solution") or ""
+                                 for line in DEMO_PROBLEMS.read_text().splitlines() if line.strip()]
+    tokenizer = train_tokenizer(texts)
+    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen3Config(**shape, bos_token_id=None, eos_token_id=eos, pad_token_id=eos, use_cache=True)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    config.save_pretrained(out)
+    return out
+
+
+def _no_init():
+    for where in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            module = __import__(where, fromlist=["no_init_weights"])
+            return module.no_init_weights()
+        except (ImportError, AttributeError):
+            continue
+    return contextlib.nullcontext()
+
+
+def random_model(config, device: str, dtype):
+    """Build ``config`` on ``device`` in ``dtype``, skipping the slow init, then fill N(0, 0.02) there."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    t0 = time.perf_counter()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device), _no_init():
+            model = Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    gen = torch.Generator(device=device).manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # RMSNorm weights
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    model.eval()
+    n = sum(p.numel() for p in model.parameters())
+    log(f"built {n / 1e6:,.1f}M-parameter model on {device} in {dtype} in {time.perf_counter() - t0:.1f} s")
+    return model
+
+
+@contextlib.contextmanager
+def redirected_from_pretrained(device: str, dtype):
+    """``AutoModelForCausalLM.from_pretrained(dir)`` -> a random model of that dir's config, on ``device``."""
+    import transformers
+    from transformers import AutoConfig
+
+    auto = transformers.AutoModelForCausalLM
+    original = auto.__dict__.get("from_pretrained")  # None when inherited (older transformers)
+
+    def from_pretrained(cls, name_or_path, *args, **kwargs):
+        return random_model(AutoConfig.from_pretrained(name_or_path), device, dtype)
+
+    auto.from_pretrained = classmethod(from_pretrained)
+    try:
+        yield
+    finally:
+        if original is None:
+            del auto.from_pretrained
+        else:
+            auto.from_pretrained = original
+
+
+def make_runner(workers: int):
+    """The sandbox's process backend; the unisolated local runner only if the sandbox cannot start."""
+    try:
+        from sandbox import Runner
+
+        runner = Runner(backend="process", workers=workers, mode="warm")
+        runner.isolation  # noqa: B018  (touch it: fails early when the backend cannot run here)
+        return runner, "sandbox process backend"
+    except Exception as e:  # noqa: BLE001  (any failure: fall back and say so)
+        from training.local_runner import SubprocessRunner
+
+        log(f"sandbox Runner unavailable ({type(e).__name__}: {e}); using the unisolated local runner")
+        return SubprocessRunner(workers=workers), "local runner (no isolation)"
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from training.config import config_from_dict
+    from training.trainer import train
+
+    cuda = torch.cuda.is_available() and not args.tiny
+    if not cuda and not args.tiny:
+        raise SystemExit("no CUDA device: run on the GPU machine, or pass --tiny for the CPU smoke test")
+    device = "cuda" if cuda else "cpu"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    shape = SHAPE_TINY if args.tiny else SHAPE_9B
+    facts = {"device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
+             "python": platform.python_version(), "torch": torch.__version__}
+    for mod in ("transformers", "peft", "accelerate"):
+        facts[mod] = __import__(mod).__version__
+    log("environment: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        tmp_path = Path(tmp)
+        model_dir = prepare_model_dir(tmp_path / "model", shape)
+        problems = write_problem_file(tmp_path / "problems.jsonl", args.prompts)
+        cfg = config_from_dict({
+            "model": {"name_or_path": str(model_dir), "dtype": "bfloat16" if cuda else "float32",
+                      "gradient_checkpointing": not args.no_checkpointing,
+                      "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}},
+            "problems": str(problems),
+            "sampling": {"problems_per_step": args.prompts, "candidates_per_problem": args.candidates,
+                         "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                         "prompt_style": "completion", "stop": []},
+            "ppo": {"learning_rate": 1e-5, "kl_coef": 0.04, "micro_batch_size": args.micro_batch},
+            "train": {"steps": args.steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
+            "sandbox": {"backend": "process", "workers": 4},
+        })
+        runner, runner_kind = make_runner(workers=4)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        try:
+            with redirected_from_pretrained(device, dtype):
+                status = train(cfg, tmp_path / "run", runner=runner, progress=True)
+        finally:
+            runner.close()
+        total_s = time.perf_counter() - t0
+        events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+        prompt_tokens = _prompt_tokens(model_dir, problems)
+    steps = [e["metrics"] for e in events if e["event"] == "step"]
+    if status != "succeeded" or not steps:
+        done = next((e for e in events if e["event"] == "done"), {})
+        raise SystemExit(f"training run ended {status}: {done.get('error')}")
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    reserved = torch.cuda.max_memory_reserved() / 2**30 if cuda else None
+    timed = steps[1:] if len(steps) > 1 else steps  # step 1 warms kernels and the allocator up
+    n_cand = args.prompts * args.candidates
+    rows = []
+    for m in timed:
+        gen_tokens = m["tokens_per_s"] * m["time/rollout_s"]
+        update_tokens = n_cand * (prompt_tokens + m["completion_len/mean"])
+        rows.append({"step_s": m["time/step_s"], "gen_tok_s": m["tokens_per_s"], "gen_tokens": gen_tokens,
+                     "update_s": m["time/update_s"], "update_tok_s": update_tokens / max(m["time/update_s"], 1e-9),
+                     "rollout_s": m["time/rollout_s"], "sandbox_s": m["time/sandbox_s"]})
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    return {"facts": facts, "shape": shape, "tiny": args.tiny, "runner": runner_kind, "peak_gib": peak,
+            "reserved_gib": reserved, "first_step_s": steps[0]["time/step_s"], "median": med,
+            "timed_steps": len(rows), "total_s": total_s, "args": vars(args), "prompt_tokens": prompt_tokens}
+
+
+def _prompt_tokens(model_dir: Path, problems: Path) -> float:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    prompts = [json.loads(line)["prompt"] for line in problems.read_text().splitlines() if line.strip()]
+    return statistics.mean(len(tok(p)["input_ids"]) for p in prompts)
+
+
+def table(r: dict) -> str:
+    m, a = r["median"], r["args"]
+    shape = r["shape"]
+    params = "9B-shaped" if not r["tiny"] else "tiny (smoke test)"
+    head = (f"{params} Qwen3 model: {shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}, "
+            f"{shape['num_attention_heads']} heads × {shape['head_dim']}, {shape['num_key_value_heads']} KV heads, "
+            f"MLP {shape['intermediate_size']}, vocab {shape['vocab_size']}; random weights, "
+            f"{'bf16' if not r['tiny'] else 'fp32'}, LoRA r=16 all-linear, gradient checkpointing "
+            f"{'off' if a['no_checkpointing'] else 'on'}. Step: {a['prompts']} prompts × {a['candidates']} candidates, "
+            f"≤{a['max_new_tokens']} new tokens (no stop strings; ~{r['prompt_tokens']:.0f}-token prompts), "
+            f"KL 0.04, micro-batch {a['micro_batch']}, sandbox: {r['runner']}.")
+    peak = f"{r['peak_gib']:.1f} GiB (reserved {r['reserved_gib']:.1f})" if r["peak_gib"] is not None else "n/a (CPU)"
+    lines = [
+        head, "",
+        f"Device: {r['facts']['device']}; Python {r['facts']['python']}, torch {r['facts']['torch']}, "
+        f"transformers {r['facts']['transformers']}, peft {r['facts']['peft']}, accelerate {r['facts']['accelerate']}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}. Median of {r['timed_steps']} step(s) after a warm-up step "
+        f"({r['first_step_s']:.1f} s); whole script {r['total_s']:.0f} s after imports.",
+        "",
+        "| peak GPU memory | generation tokens/s | update tokens/s | step s | generate s | update s |",
+        "|---|---|---|---|---|---|",
+        f"| {peak} | {m['gen_tok_s']:.0f} | {m['update_tok_s']:.0f} | {m['step_s']:.1f} | {m['rollout_s']:.1f} | "
+        f"{m['update_s']:.1f} |",
+        "",
+        "Update tokens/s counts prompt + completion tokens of every candidate through the reference forward, the "
+        "policy forward/backward and the optimizer step (`time/update_s`).",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke test with a tiny model of the same code path")
+    ap.add_argument("--prompts", type=int, default=8, help="problems per step")
+    ap.add_argument("--candidates", type=int, default=4, help="candidates per problem")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=3, help="RL steps (the first one is the warm-up)")
+    ap.add_argument("--no-checkpointing", action="store_true", help="gradient checkpointing off")
+    ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--json-out", type=Path, default=None, help="also write the raw numbers as JSON here")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        import torch
+
+        torch.set_num_threads(1)
+    try:
+        result = run(args)
+    except SystemExit:
+        raise
+    except Exception:
+        traceback.print_exc()
+        return 1
+    text = ("## GPU check\n\n" if not args.tiny else "## GPU check (CPU smoke test only: `--tiny`)\n\n") + table(result)
+    print(text)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, indent=2))
+    if not args.no_write:
+        from benchmarks.results import update_section
+
+        update_section("gpu-check", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Does the loop learn? Held-out pass@1 of the warm-started tiny model before and after a CPU run,
+against a shuffled-reward control that must not improve.
+
+    python benchmarks/learning_demo.py [--model DIR] [--steps N] [--threads 1] [--no-control] [--no-write]
+
+1. Builds the tiny model with its supervised warm start on data/demo/problems.jsonl
+   (``python -m training tiny-model --warmup-problems ...``) unless ``--model`` names one.
+2. ``train``: ``training.trainer.train`` with the demo config below (the web's "CPU demo" preset
+   should use the same); held-out pass@1 comes from the run's own ``eval`` events at step 0 and at the
+   end (``eval_samples`` samples per held-out problem, unbiased estimator, the run's sampling:
+   temperature 1.0, top_k 0 = no top-k cut, top_p 1.0).
+3. ``control``: the identical run, except that each step's rewards are permuted at random across the
+   whole batch before advantages are computed (the reward no longer says anything about the
+   candidate). It does the same compute, so any gain it shows is not learning from execution.
+   The permutation wraps ``training.rollout.PendingRollout.finish`` in this process only (the trainer
+   has no such switch; see /work/notes/T3_FINDINGS.md).
+
+Target: ≥ +30 points of held-out pass@1 within 5 minutes of wall clock on 2 cores; the control must
+not improve. Writes the ``learning-demo`` section of RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEMO_PROBLEMS = ROOT / "data" / "demo" / "problems.jsonl"
+TARGET_POINTS = 30.0
+TARGET_SECONDS = 300.0
+
+# The CPU demo configuration (keys as in the run config; the web preset "CPU demo" should match).
+DEMO_CONFIG = {
+    "model": {"dtype": "float32", "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"}},
+    "sampling": {"problems_per_step": 8, "candidates_per_problem": 16, "max_new_tokens": 64,
+                 "temperature": 1.0, "top_p": 1.0, "top_k": 0, "prompt_style": "completion"},
+    "ppo": {"learning_rate": 2e-3, "kl_coef": 0.01, "clip_range": 0.2, "micro_batch_size": 64, "advantage": "grpo"},
+    "train": {"steps": 80, "seed": 0, "eval_every": 0, "eval_samples": 8, "checkpoint_every": 0},
+    "sandbox": {"backend": "process", "workers": 2},
+}
+
+
+def demo_config(model: str, problems: str, overrides: list[str]) -> dict:
+    from training.config import apply_overrides
+
+    cfg = json.loads(json.dumps(DEMO_CONFIG))
+    cfg["model"]["name_or_path"] = model
+    cfg["problems"] = problems
+    return apply_overrides(cfg, overrides)
+
+
+def install_shuffled_rewards(seed: int) -> None:
+    """Permute each step's rewards across the whole batch before the trainer sees them."""
+    import torch
+
+    from training import rollout as rollout_module
+
+    original = rollout_module.PendingRollout.finish
+    gen = torch.Generator().manual_seed(seed)
+
+    def finish_with_shuffled_rewards(self):
+        rollout = original(self)
+        flat = rollout.rewards.flatten()  # (P * K,)
+        perm = torch.randperm(flat.numel(), generator=gen)
+        rollout.rewards = flat[perm].view_as(rollout.rewards)  # (P, K)
+        return rollout
+
+    rollout_module.PendingRollout.finish = finish_with_shuffled_rewards
+
+
+def run_arm(arm: str, cfg_dict: dict, threads: int | None) -> dict:
+    """One training run in this process; returns before/after pass@1, wall clock and the curve."""
+    import torch
+
+    from training.config import config_from_dict
+    from training.trainer import train
+
+    if threads:
+        torch.set_num_threads(threads)
+    if arm == "control":
+        install_shuffled_rewards(seed=cfg_dict["train"]["seed"] + 1)
+    cfg = config_from_dict(cfg_dict)
+    with tempfile.TemporaryDirectory(prefix=f"learning-demo-{arm}-") as run_dir:
+        t0 = time.perf_counter()
+        status = train(cfg, run_dir, progress=True)
+        wall = time.perf_counter() - t0
+        events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
+    if status != "succeeded":
+        raise SystemExit(f"{arm} run ended {status}")
+    evals = [e for e in events if e["event"] == "eval"]
+    steps = [e for e in events if e["event"] == "step"]
+    train_s = sum(e["metrics"].get("time/step_s", 0.0) for e in steps)
+    return {
+        "arm": arm, "threads": torch.get_num_threads(), "wall_s": wall, "train_steps_s": train_s,
+        "before": evals[0]["pass@1"], "after": evals[-1]["pass@1"],
+        "before_k": evals[0].get("pass@k", {}), "after_k": evals[-1].get("pass@k", {}),
+        "reward_first": steps[0]["metrics"]["reward/mean"], "reward_last": steps[-1]["metrics"]["reward/mean"],
+        "train_pass_first": steps[0]["metrics"].get("pass@1/train"),
+        "train_pass_last5": sum(s["metrics"].get("pass@1/train", 0.0) for s in steps[-5:]) / max(1, len(steps[-5:])),
+        "steps": len(steps),
+    }
+
+
+def _child(arm: str, cfg: dict, threads: int | None) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cfg, f)
+        cfg_path = Path(f.name)
+    out = cfg_path.with_suffix(".out.json")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--arm", arm, "--config-json", str(cfg_path),
+           "--json-out", str(out)]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    print(f"[learning-demo] {arm} run ...", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    cfg_path.unlink()
+    if proc.returncode != 0:
+        raise SystemExit(f"{arm} run failed (exit {proc.returncode}); see its stderr above")
+    result = json.loads(out.read_text())
+    out.unlink()
+    return result
+
+
+def markdown(results: list[dict], cfg: dict, build: dict, load: tuple[float, float], threads: int,
+             command: str = "python benchmarks/learning_demo.py") -> str:
+    s, t = cfg["sampling"], cfg["ppo"]
+    tr = cfg["train"]
+    lines = [
+        "## Learning demo: tiny model, held-out pass@1 before → after",
+        "",
+        f"`{command}` on {platform.machine()} with {os.cpu_count()} CPUs (shared; load "
+        f"average {load[0]:.1f} before, {load[1]:.1f} after), torch threads {threads}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}. Model: the tiny Qwen3 model "
+        f"({build.get('parameters', '?'):,} parameters) warm-started on the demo set's train split"
+        f"{' (build ' + str(build['build_seconds']) + ' s, not counted)' if 'build_seconds' in build else ''}.",
+        "",
+        f"Config (the CPU demo preset): {tr['steps']} steps × {s['problems_per_step']} problems × "
+        f"{s['candidates_per_problem']} candidates, max_new_tokens {s['max_new_tokens']}, LoRA r "
+        f"{cfg['model']['lora']['r']} / alpha {cfg['model']['lora']['alpha']}, learning rate {t['learning_rate']}, "
+        f"kl_coef {t['kl_coef']}, clip {t['clip_range']}, {t['advantage']} advantages. Sampling "
+        f"**temperature {s['temperature']}, top_k {s['top_k']} (no top-k cut), top_p {s['top_p']}** for training and "
+        f"evaluation; pass@1 = unbiased estimator over {tr['eval_samples']} samples per held-out problem "
+        f"(the run's own step-0 and final `eval` events).",
+        "",
+        "| run | held-out pass@1 before | after | Δ points | train pass@1 step 1 → last 5 | wall clock (incl. 2 evals) |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = {"train": "RL on execution rewards", "control": "control: rewards shuffled within each batch"}
+    for r in results:
+        d = 100 * (r["after"] - r["before"])
+        lines.append(f"| {names[r['arm']]} | {r['before']:.3f} | {r['after']:.3f} | {d:+.1f} | "
+                     f"{r['train_pass_first']:.2f} → {r['train_pass_last5']:.2f} | {r['wall_s']:.0f} s |")
+    main = next((r for r in results if r["arm"] == "train"), None)
+    ctrl = next((r for r in results if r["arm"] == "control"), None)
+    if main:
+        d = 100 * (main["after"] - main["before"])
+        ok = d >= TARGET_POINTS and main["wall_s"] <= TARGET_SECONDS
+        lines += ["", f"Target ≥ +{TARGET_POINTS:.0f} points within {TARGET_SECONDS / 60:.0f} minutes: "
+                      f"**{'met' if ok else 'NOT met'}** ({d:+.1f} points in {main['wall_s']:.0f} s)."]
+    if ctrl:
+        dc = 100 * (ctrl["after"] - ctrl["before"])
+        lines.append(f"Control must not improve: **{'holds' if dc <= 5.0 else 'FAILS'}** ({dc:+.1f} points; "
+                     "≤ +5 counts as evaluation noise).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=None, help="warm-started tiny model (default: build one)")
+    ap.add_argument("--problems", type=Path, default=DEMO_PROBLEMS)
+    ap.add_argument("--steps", type=int, default=None, help="override train.steps")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value, e.g. --set ppo.learning_rate=5e-4 (repeatable)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: on a shared 2-core machine more threads oversubscribe)")
+    ap.add_argument("--no-control", action="store_true", help="skip the shuffled-reward control run")
+    ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--arm", choices=("train", "control"), help=argparse.SUPPRESS)
+    ap.add_argument("--config-json", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.arm:  # child process: one arm
+        result = run_arm(args.arm, json.loads(args.config_json.read_text()), args.threads)
+        args.json_out.write_text(json.dumps(result))
+        return 0
+
+    overrides = list(args.overrides) + ([f"train.steps={args.steps}"] if args.steps else [])
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="learning-demo-") as tmp:
+        model = args.model
+        if model is None:
+            import torch
+
+            from training.tiny_model import build_tiny_model
+
+            torch.set_num_threads(args.threads)
+            print("[learning-demo] building the warm-started tiny model ...", file=sys.stderr, flush=True)
+            model = build_tiny_model(Path(tmp) / "tiny", warmup_problems=args.problems, seed=0)
+        info_path = Path(model) / "crucible_tiny.json"
+        build = json.loads(info_path.read_text()) if info_path.exists() else {}
+        cfg = demo_config(str(model), str(args.problems), overrides)
+        results = [_child("train", cfg, args.threads)]
+        if not args.no_control:
+            results.append(_child("control", cfg, args.threads))
+    command = "python benchmarks/learning_demo.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+                                                           if a != "--no-write")
+    text = markdown(results, cfg, build, (load0, os.getloadavg()[0]), args.threads, command)
+    print(text)
+    print(json.dumps(results), file=sys.stderr)
+    if not args.no_write:
+        from benchmarks.results import update_section
+
+        update_section("learning-demo", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
