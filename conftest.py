@@ -56,6 +56,13 @@ def service_env(django_db_setup, django_db_blocker) -> dict:
     return env
 
 
+def _die_with_pytest() -> None:
+    """preexec_fn: the child gets SIGTERM if this pytest process dies (a killed run leaves no worker)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -84,7 +91,8 @@ def celery_worker(service_env, transactional_db, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu,sandbox", "-c", "2",
          "-n", name, "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "-l", "INFO"],
-        cwd=ROOT, env=service_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=ROOT, env=service_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=_die_with_pytest)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -106,7 +114,8 @@ def live_server_url(service_env, transactional_db, tmp_path):
     log = tmp_path / "daphne.log"
     proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                              "webapp.asgi:application"], cwd=ROOT, env=service_env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_pytest)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.core.jsonsafe import db_safe
 from .models import Problem, ProblemSet, ProblemValidation
 
 log = logging.getLogger("crucible.problems")
@@ -111,8 +112,8 @@ def _name_from_filename(filename: str) -> str:
 def _store_problems(problem_set: ProblemSet, problems: Iterable) -> None:
     """Replace the set's problems by `problems` (sandbox `Problem`s) and refresh its counts."""
     problem_set.problems.all().delete()
-    rows = [Problem(problem_set=problem_set, position=i, problem_id=p.id, split=p.split, kind=p.kind,
-                    tags=list(p.tags), data=p.to_dict()) for i, p in enumerate(problems)]
+    rows = [Problem(problem_set=problem_set, position=i, problem_id=db_safe(p.id), split=p.split, kind=p.kind,
+                    tags=db_safe(list(p.tags)), data=db_safe(p.to_dict())) for i, p in enumerate(problems)]
     Problem.objects.bulk_create(rows, batch_size=500)
     problem_set.problem_count = len(rows)
     problem_set.train_count = sum(1 for r in rows if r.split == "train")
@@ -280,7 +281,8 @@ def _finish(problem_set_id: int, generation: int, *, rows=None, checks=None, err
             ProblemValidation.objects.filter(problem__problem_set=ps).delete()
             ProblemValidation.objects.bulk_create([
                 ProblemValidation(problem=row, reference_passed=c.reference_passed, empty_failed=c.empty_failed,
-                                  detail=c.detail, reference_result=c.reference_result, empty_result=c.empty_result)
+                                  detail=db_safe(c.detail), reference_result=db_safe(c.reference_result),
+                                  empty_result=db_safe(c.empty_result))
                 for row, c in zip(rows, checks)], batch_size=200)
             ps.validation_passed = sum(1 for c in checks if c.reference_passed and c.empty_failed)
             ps.validation_failed = len(checks) - ps.validation_passed

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from training.config import ConfigError, RunConfig, config_from_dict, config_to_dict, save_config
 
+from webapp.core.jsonsafe import db_safe
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 
 log = logging.getLogger("crucible.runs")
@@ -148,6 +149,7 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     follower continues where this one stopped. ``apply_done=False`` records a ``done`` event
     without changing the run's status (catching up on a file whose trainer is gone).
     """
+    event = db_safe(event)  # model-written code and program output may hold NUL characters
     kind = str(event.get("event", ""))
     step = event_step(event)
     try:

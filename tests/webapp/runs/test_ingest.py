@@ -99,3 +99,17 @@ def test_candidates_list_tests_that_never_ran_as_failed_and_label_the_outcome(ru
     assert queries.candidates(run, "HumanEval/0", step=2) == []
     health = queries.sandbox_health(run)
     assert health["timeouts"] == 1 and health["passed"] == 1 and health["infrastructure"] == 0
+
+
+def test_nul_characters_in_model_output_are_stored_as_replacement_characters(run):
+    # An untrained model samples NUL characters; PostgreSQL's jsonb and text refuse them.
+    assert run.claim(host="h", pid=1)
+    event = problem_event(1, problem_id="nul\x00id")
+    event["candidates"][0]["code"] = "def f():\n    return '\x00'\n"
+    event["candidates"][0]["result"]["stdout"] = "a\x00b"
+    write_events(run.path / "events.jsonl", [step_event(1), event])
+    follow_all(run)
+    candidate = Candidate.objects.get(run=run, index=0)
+    assert candidate.code == "def f():\n    return '\ufffd'\n"
+    assert candidate.result["stdout"] == "a\ufffdb" and candidate.problem_id == "nul\ufffdid"
+    assert RunEvent.objects.filter(run=run, kind="problem").count() == 1
