@@ -1,4 +1,8 @@
-"""Batched sampling of completions with Hugging Face ``generate``, stop strings and prompt building.
+"""Batched sampling of completions, stop strings and prompt building.
+
+Sampling runs a minimal KV-cache loop (``_sample``: each prompt is prefilled once and its cache
+repeated for its candidates, the cache is preallocated) with the same processors, in the same order,
+as Hugging Face ``generate``; a model whose forward takes no cache argument goes through ``generate``.
 
 The sampling distribution is exactly ``softmax(logits / temperature)`` restricted by ``top_p`` and
 ``top_k`` (``top_k=0``: no cut). Every other logits processor a checkpoint's ``generation_config``
@@ -23,6 +27,7 @@ Stop strings: generation of a sequence ends as soon as its generated text contai
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -211,11 +216,26 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
         input_ids[i, p_len - len(e):] = torch.tensor(e, dtype=torch.long)
         attention_mask[i, p_len - len(e):] = 1
     device = next(model.parameters()).device
-    # Repeat each prompt n times ourselves: generate refuses num_return_sequences > 1 when greedy.
-    input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0).to(device)  # (N * n, P)
-    attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0).to(device)  # (N * n, P)
-
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     greedy = sampling.temperature == 0
+    stops = sampling.stop_strings
+    rng = contextlib.nullcontext()
+    if generator_seed is not None:
+        devices = [device] if device.type == "cuda" else []
+        rng = torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda")
+    cache_kwarg = _cache_kwarg(model)
+    if cache_kwarg is not None:
+        with rng:
+            if generator_seed is not None:
+                torch.manual_seed(generator_seed)
+            sequences = _sample(model, input_ids, attention_mask, num_return_sequences, sampling, eos_ids,
+                                pad_id, _StopOnStrings(tokenizer, stops, 0) if stops else None, cache_kwarg)
+        return _batch(sequences.tolist(), encoded, prompts, num_return_sequences, tokenizer, stops, eos_ids, pad_id)
+
+    # Fallback (a model whose forward takes no KV cache argument): Hugging Face generate.
+    # Repeat each prompt n times ourselves: generate refuses num_return_sequences > 1 when greedy.
+    input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)  # (N * n, P)
+    attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)  # (N * n, P)
     gen_config = GenerationConfig(
         max_new_tokens=sampling.max_new_tokens,
         do_sample=not greedy,
@@ -228,21 +248,136 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
         num_return_sequences=1,
         pad_token_id=pad_id, eos_token_id=eos_ids or None,
     )
-    stops = sampling.stop_strings
     criteria = StoppingCriteriaList([_StopOnStrings(tokenizer, stops, p_len)]) if stops else None
-
-    rng = contextlib.nullcontext()
-    if generator_seed is not None:
-        devices = [device] if device.type == "cuda" else []
-        rng = torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda")
     with rng:
         if generator_seed is not None:
             torch.manual_seed(generator_seed)
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                              generation_config=gen_config, stopping_criteria=criteria)
     sequences = out.sequences if hasattr(out, "sequences") else out  # (N * n, P + T)
-    generated = sequences[:, p_len:].tolist()
+    return _batch(sequences[:, p_len:].tolist(), encoded, prompts, num_return_sequences, tokenizer, stops,
+                  eos_ids, pad_id)
 
+
+def _cache_kwarg(model: Any) -> str | None:
+    """Name of the KV-cache argument of the model's forward (transformers 5.24 renamed
+    ``past_key_values`` to ``cache``), or None when it takes neither (then ``generate`` is used)."""
+    inner = model
+    while hasattr(inner, "get_base_model") and inner is not inner.get_base_model():
+        inner = inner.get_base_model()  # PeftModel: its own forward only forwards **kwargs
+    try:
+        params = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    if getattr(getattr(inner, "config", None), "is_encoder_decoder", False):
+        return None
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+
+def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, sampling: SamplingConfig,
+            eos_ids: list[int], pad_id: int, stop: _StopOnStrings | None, cache_kwarg: str) -> torch.Tensor:
+    """The sampling loop of ``generate`` without its overhead: each prompt is prefilled once and its KV
+    cache repeated for its ``n`` sequences. Same distribution and order of processors as
+    ``generate``: ``softmax(top_p(top_k(logits / temperature)))``, argmax when ``temperature == 0``;
+    a finished row (EOS or stop string) is padded with ``pad_id`` afterwards.
+
+    input_ids, attention_mask: (N, P) left-padded -> generated ids (N * n, T), T <= max_new_tokens
+    """
+    from transformers import DynamicCache
+
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (N, P)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                logits_to_keep=1, **{cache_kwarg: cache})
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+    _preallocate(cache, sampling.max_new_tokens)
+    logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)  # (B, V), B = N * n
+    position = position_ids[:, -1:].repeat_interleave(n, dim=0)  # (B, 1)
+    b, p = logits.shape[0], attention_mask.shape[1]
+    max_new = sampling.max_new_tokens
+    mask = torch.cat([attention_mask.repeat_interleave(n, dim=0),
+                      attention_mask.new_ones(b, max_new)], dim=1)  # (B, P + max_new)
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=logits.device)  # (E,)
+    done = torch.zeros(b, dtype=torch.bool, device=logits.device)  # (B,)
+    temperature, top_k, top_p = float(sampling.temperature), int(sampling.top_k), float(sampling.top_p)
+    tokens: list[torch.Tensor] = []
+    for t in range(max_new):
+        scores = logits.float()  # (B, V)
+        if temperature == 0:
+            nxt = scores.argmax(-1)  # (B,)
+        else:
+            if temperature != 1.0:
+                scores = scores / temperature
+            if 0 < top_k < scores.shape[-1]:  # TopKLogitsWarper
+                kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]  # (B, 1)
+                scores = scores.masked_fill(scores < kth, float("-inf"))
+            if top_p < 1.0:  # TopPLogitsWarper: drop the low tail of mass <= 1 - top_p, keep >= 1 token
+                sorted_scores, sorted_idx = torch.sort(scores, descending=False)  # (B, V)
+                cum = sorted_scores.softmax(-1).cumsum(-1)  # (B, V)
+                drop = cum <= (1 - top_p)
+                drop[:, -1] = False
+                scores = scores.masked_fill(drop.scatter(1, sorted_idx, drop), float("-inf"))
+            nxt = torch.multinomial(scores.softmax(-1), num_samples=1).squeeze(1)  # (B,)
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        tokens.append(nxt)
+        if eos.numel():
+            done = done | torch.isin(nxt, eos)
+        if stop is not None:
+            done = done | stop(torch.stack(tokens, 1), scores)
+        if t == max_new - 1 or bool(done.all()):
+            break
+        position = position + 1
+        out = model(input_ids=nxt[:, None], attention_mask=mask[:, :p + t + 1], position_ids=position,
+                    use_cache=True, **{cache_kwarg: cache})
+        logits = out.logits[:, -1, :]
+    return torch.stack(tokens, 1)  # (B, T)
+
+
+def _preallocate(cache: Any, extra: int) -> None:
+    """Give every plain dynamic layer of ``cache`` room for ``extra`` more positions, so that each
+    decoding step writes its keys/values in place instead of re-copying the whole cache (``torch.cat``).
+    The layers still expose ``keys``/``values`` as (B, H, S, D) tensors of the current length."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in getattr(cache, "layers", []):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
+            layer.__class__ = _PreallocatedLayer
+            layer.preallocate(extra)
+
+
+def _preallocated_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A DynamicLayer whose keys/values are views of a buffer with spare positions."""
+
+        def preallocate(self, extra: int) -> None:
+            b, h, s, d = self.keys.shape
+            self._kbuf = self.keys.new_empty(b, h, s + extra, d)
+            self._vbuf = self.values.new_empty(b, h, s + extra, self.values.shape[-1])
+            self._kbuf[:, :, :s] = self.keys
+            self._vbuf[:, :, :s] = self.values
+            self.keys, self.values = self._kbuf[:, :, :s], self._vbuf[:, :, :s]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            s, end = self.keys.shape[-2], self.keys.shape[-2] + key_states.shape[-2]
+            if end > self._kbuf.shape[-2] or key_states.shape[0] != self._kbuf.shape[0]:
+                return super().update(key_states, value_states, *args, **kwargs)  # out of room: grow
+            self._kbuf[:, :, s:end] = key_states
+            self._vbuf[:, :, s:end] = value_states
+            self.keys, self.values = self._kbuf[:, :, :end], self._vbuf[:, :, :end]
+            return self.keys, self.values
+
+    return PreallocatedLayer
+
+
+_PreallocatedLayer = _preallocated_layer_class()
+
+
+def _batch(generated: list[list[int]], encoded: list[list[int]], prompts: Sequence[str], num_return_sequences: int,
+           tokenizer: Any, stops: Sequence[str], eos_ids: list[int], pad_id: int) -> GenerationBatch:
     batch = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
     eos_set = set(eos_ids)
     for row, gen in enumerate(generated):

@@ -145,3 +145,21 @@ def test_chat_prompt_without_a_template_is_refused(tok):
 
     with pytest.raises(ValueError, match="chat template"):
         build_prompt({"prompt": "x"}, NoTemplate(), "chat")
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingConfig(max_new_tokens=16, stop=(), temperature=1.0, top_p=1.0, top_k=0),
+    SamplingConfig(max_new_tokens=16, stop=(), temperature=0.7, top_p=0.9, top_k=20),
+    SamplingConfig(max_new_tokens=16, stop=DEFAULT_COMPLETION_STOP, temperature=1.0, top_p=0.95, top_k=0),
+    SamplingConfig(max_new_tokens=16, stop=(), temperature=0.0),
+])
+def test_the_cached_sampling_loop_draws_exactly_what_hugging_face_generate_draws(model, tok, sampling, monkeypatch):
+    import training.generation as generation
+
+    fast = generate(model, tok, PROMPTS, sampling, num_return_sequences=4, generator_seed=3)
+    monkeypatch.setattr(generation, "_cache_kwarg", lambda model: None)  # force the generate() fallback
+    slow = generate(model, tok, PROMPTS, sampling, num_return_sequences=4, generator_seed=3)
+    assert fast.completion_ids == slow.completion_ids
+    assert fast.texts == slow.texts
+    assert fast.finish_reasons == slow.finish_reasons
+    assert fast.generated_tokens == slow.generated_tokens
