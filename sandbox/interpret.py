@@ -127,6 +127,23 @@ def defined_names(source: str) -> set[str]:
 
 
 def first_request(plan: TestPlan, shadowed: frozenset[str]) -> str | None:
+    """Cached `_first_request` (plans are cached too; this runs for every test of every execution)."""
+    key = (plan.source, shadowed)
+    try:
+        return _FIRST_REQUEST[key]
+    except KeyError:
+        pass
+    src = _first_request(plan, shadowed)
+    if len(_FIRST_REQUEST) > 16384:
+        _FIRST_REQUEST.clear()
+    _FIRST_REQUEST[key] = src
+    return src
+
+
+_FIRST_REQUEST: dict[tuple[str, frozenset[str]], str | None] = {}
+
+
+def _first_request(plan: TestPlan, shadowed: frozenset[str]) -> str | None:
     """The one sub-expression a test will surely ask the child for first and only, when the test
     is the common `assert OPAQUE`, `assert not OPAQUE` or `assert OPAQUE <op> LITERAL`: such
     requests can be sent ahead (pipelined) without changing what the child evaluates, or in what

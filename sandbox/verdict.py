@@ -204,8 +204,13 @@ def _call_method(receiver, name: str, args: list, kwargs: dict):
     return getattr(receiver, name)(*args, **kwargs)
 
 
-def free_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+def free_names(node: ast.AST) -> frozenset[str]:
+    # Plans are parsed once and cached, so each node's names are computed once (kept on the node).
+    hit = getattr(node, "_crucible_free_names", None)
+    if hit is None:
+        hit = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        node._crucible_free_names = hit
+    return hit
 
 
 def shippable(value):
@@ -236,8 +241,13 @@ class Evaluator:
         return self.ask(self.source_of(node), self.bindings(node))
 
     def source_of(self, node: ast.AST) -> str:
+        hit = getattr(node, "_crucible_source_of", None)
+        if hit is not None and hit[0] is self.source:  # cached for this node of this test's source
+            return hit[1]
         src = ast.get_source_segment(self.source, node) or ast.unparse(node)
-        return "(" + src + ")" if "\n" in src else src
+        src = "(" + src + ")" if "\n" in src else src
+        node._crucible_source_of = (self.source, src)
+        return src
 
     def is_opaque(self, node: ast.AST) -> bool:
         """Whether eval() hands `node` to the child as a whole (mirrors eval's dispatch)."""

@@ -25,6 +25,17 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
+_SETPRIV: list[str | None] = []
+
+
+def find_setpriv() -> str | None:
+    """util-linux `setpriv` (drops a root caller to the sandbox user right before exec), if any."""
+    if not _SETPRIV:
+        _SETPRIV.append(next((p for p in ("/usr/bin/setpriv", "/bin/setpriv")
+                              if os.access(p, os.X_OK)), None) or shutil.which("setpriv"))
+    return _SETPRIV[0]
+
+
 def find_python() -> str:
     """The interpreter run inside the sandbox: the system Python (readable by nobody, stdlib only)."""
     for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
@@ -256,6 +267,7 @@ class Cgroup:
             except OSError as e:
                 self.errors[controller] = f"cannot create {path}: {e.strerror}"
         self._oom_before = 0
+        self._limits: dict[str, int] = {}  # what set_limits last wrote successfully
 
     @property
     def features(self) -> list[str]:
@@ -289,23 +301,34 @@ class Cgroup:
                 _kill_and_rmdir(self.paths.pop(controller), 0.1)
 
     def set_limits(self, max_pids: int | None, memory_bytes: int | None) -> set[str]:
-        """Apply limits; returns the controllers whose limit could NOT be set."""
+        """Apply limits; returns the controllers whose limit could NOT be set. A limit that this
+        object already wrote successfully is not written again (nothing else writes these files:
+        the sandbox sees no cgroupfs); the peak-usage counter is reset every time."""
         failed = set()
         if max_pids is not None and "pids" in self.paths:
-            if not self._write("pids", "pids.max", str(max_pids)):
-                failed.add("pids")
+            if self._limits.get("pids") != max_pids:
+                self._limits.pop("pids", None)
+                if self._write("pids", "pids.max", str(max_pids)):
+                    self._limits["pids"] = max_pids
+                else:
+                    failed.add("pids")
         if memory_bytes is not None and "memory" in self.paths:
-            if self.v2.get("memory"):
-                ok = self._write("memory", "memory.max", str(memory_bytes))
-                self._write("memory", "memory.swap.max", "0")
-            else:
-                # memsw must stay >= limit: raise/lower in the order the kernel accepts.
-                ok = self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
-                self._write("memory", "memory.memsw.limit_in_bytes", str(memory_bytes))
-                if not ok:
+            ok = self._limits.get("memory") == memory_bytes
+            if not ok:
+                self._limits.pop("memory", None)
+                if self.v2.get("memory"):
+                    ok = self._write("memory", "memory.max", str(memory_bytes))
+                    self._write("memory", "memory.swap.max", "0")
+                else:
+                    # memsw must stay >= limit: raise/lower in the order the kernel accepts.
                     ok = self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
-                self._write("memory", "memory.max_usage_in_bytes", "0")
-                self._write("memory", "memory.memsw.max_usage_in_bytes", "0")
+                    self._write("memory", "memory.memsw.limit_in_bytes", str(memory_bytes))
+                    if not ok:
+                        ok = self._write("memory", "memory.limit_in_bytes", str(memory_bytes))
+                if ok:
+                    self._limits["memory"] = memory_bytes
+            if not self.v2.get("memory"):
+                self._write("memory", "memory.max_usage_in_bytes", "0")  # peak per execution
             if not ok:
                 failed.add("memory")
             self._oom_before = self.oom_kills()

@@ -134,7 +134,16 @@ class ProcessWorker(Channel):
             if as_root:
                 features.append("nobody_user")
             pass_fds = [fd for fd in (child.fileno(), info_w, seccomp_fd) if fd is not None]
-            kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []} if as_root else {}
+            kwargs = {}
+            if as_root:
+                setpriv = iso.find_setpriv()
+                if setpriv:
+                    # Same credentials as Popen(user=, group=, extra_groups=[]), but set by
+                    # setpriv after exec: Popen can then vfork instead of copying this process.
+                    argv = [setpriv, f"--reuid={iso.NOBODY}", f"--regid={iso.NOBODY}",
+                            "--clear-groups", "--", *argv]
+                else:
+                    kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []}
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd,
                                          env=env, start_new_session=True, **kwargs)
@@ -303,8 +312,14 @@ class ProcessWorker(Channel):
         return not self.closed and self.proc is not None and self.proc.poll() is None
 
     def close(self) -> None:
+        if self.kill():
+            self.reap()
+
+    def kill(self) -> bool:
+        """SIGKILL the sandbox now (pid 1 of its pid namespace: everything in it dies); False when
+        it was already closed. `reap` then waits for it and removes its cgroups."""
         if self.closed:
-            return
+            return False
         self.closed = True
         try:
             self.sock.close()
@@ -317,6 +332,10 @@ class ProcessWorker(Channel):
                     os.kill(pid, 9)
                 except (ProcessLookupError, PermissionError):
                     pass
+        return True
+
+    def reap(self) -> None:
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -351,9 +370,13 @@ class ProcessExecutor(Executor):
         # starting the next one overlaps the current execution instead of following it.
         self.prefetch = 0
         self._spares: list[ProcessWorker] = []
+        self._starting = 0  # spares being started now
         self._spare_cv = threading.Condition(self._lock)
         self._refiller: threading.Thread | None = None
         self._spare_limits = Limits()
+        self._reap_queue: list[ProcessWorker] = []  # killed, not yet waited for (see _retire)
+        self._reaper: threading.Thread | None = None
+        self._reap_cv = threading.Condition(self._lock)
         # bwrap's --die-with-parent is PR_SET_PDEATHSIG, which fires when the *thread* that
         # started it exits: workers are started only from these long-lived threads.
         from concurrent.futures import ThreadPoolExecutor
@@ -400,28 +423,69 @@ class ProcessExecutor(Executor):
             self._spare_cv.notify_all()
 
     def _refill(self) -> None:
+        # Up to `prefetch` sandboxes start at once (each on a long-lived spawner thread), so the
+        # spares keep up when starting one takes longer than an execution.
         while True:
             with self._lock:
-                while not self._closed and len(self._spares) >= self.prefetch:
+                while not self._closed and len(self._spares) + self._starting >= self.prefetch:
                     self._spare_cv.wait()
                 if self._closed:
                     return
                 limits = self._spare_limits
+                self._starting += 1
             try:
-                w = self._new_worker(limits, light=True)
-            except Exception:
-                time.sleep(0.5)  # the next borrow starts its own and reports the failure
-                continue
-            with self._lock:
-                if self._closed:
-                    w.close()
-                    return
-                self._all.add(w)
-                self._spares.append(w)
+                future = self._spawner.submit(ProcessWorker, limits, light=True, **self.options)
+            except RuntimeError:  # the spawner is shut down: we are closing
+                with self._lock:
+                    self._starting -= 1
+                return
+            future.add_done_callback(self._spare_started)
+
+    def _spare_started(self, future) -> None:
+        try:
+            w = future.result()
+        except BaseException:
+            w = None
+            time.sleep(0.5)  # the next borrow starts its own and reports the failure
+        with self._lock:
+            self._starting -= 1
+            self._spare_cv.notify_all()
+            if w is None:
+                return
+            if self._closed:
+                w.close()
+                return
+            self._all.add(w)
+            self._spares.append(w)
 
     def _retire(self, w: ProcessWorker) -> None:
+        """Kill `w` at once; waiting for it and removing its cgroups (milliseconds: a v1 memory
+        cgroup's rmdir, the namespace's teardown) happen on the reaper thread, off the path of
+        the execution that retired it. `close` waits for the reaper."""
         self._all.discard(w)
-        w.close()
+        if self._closed:
+            w.close()
+            return
+        if not w.kill():
+            return
+        self._reap_queue.append(w)
+        if self._reaper is None or not self._reaper.is_alive():
+            self._reaper = threading.Thread(target=self._reap, daemon=True, name="sandbox-reaper")
+            self._reaper.start()
+        self._reap_cv.notify_all()
+
+    def _reap(self) -> None:
+        while True:
+            with self._lock:
+                while not self._reap_queue:
+                    if self._closed:
+                        return
+                    self._reap_cv.wait()
+                w = self._reap_queue.pop(0)
+            try:
+                w.reap()
+            except Exception:  # never let one stuck sandbox stop the others' cleanup
+                pass
 
     def _give_back(self, w: ProcessWorker, healthy: bool) -> None:
         with self._lock:
@@ -502,6 +566,15 @@ class ProcessExecutor(Executor):
             self._all.clear()
         for w in workers:
             w.close()
+        with self._lock:
+            self._reap_cv.notify_all()
+            reaper = self._reaper
+        if reaper is not None:
+            reaper.join(timeout=60)
+        with self._lock:
+            leftover, self._reap_queue = self._reap_queue, []
+        for w in leftover:
+            w.reap()
         self._spawner.shutdown(wait=True)
 
 
