@@ -63,7 +63,7 @@ def validate_config(config: dict) -> dict:
     if "problems" in config:
         raise ConfigError("problems", "is set from the run's problem set; leave it out of the config")
     merged = merge_config(default_config(), config)
-    merged["problems"] = "problems.jsonl"  # placeholder: the real path exists once the run dir does
+    merged["problems"] = "problems.jsonl"  # relative until the run dir exists; create_run sets the real path
     return config_to_dict(config_from_dict(merged))
 
 
