@@ -7,6 +7,10 @@ differ only in how they isolate and start workers.
 
 from __future__ import annotations
 
+import json
+import select
+import socket
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -91,6 +95,47 @@ class Done:
     cpu_s: float = 0.0
     maxrss_kb: int = 0
     wiped: int = 0
+
+
+class FrameReader:
+    """Length-prefixed JSON frames (4-byte big-endian size, then the body) read from a worker's socket.
+
+    Shared by every backend: the worker side (sandbox/harness.py) writes the same framing.
+    """
+
+    def __init__(self, sock: socket.socket, who: str = "worker"):
+        self.sock = sock
+        self.who = who
+        self._buf = b""
+
+    def take(self) -> dict | None:
+        """The next complete frame already received, or None."""
+        if len(self._buf) >= 4:
+            n = int.from_bytes(self._buf[:4], "big")
+            if len(self._buf) >= 4 + n:
+                body, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
+                return json.loads(body)
+        return None
+
+    def feed(self, exited: Callable[[], str] | None = None) -> None:
+        """Read what the socket has (call when it is readable); WorkerBroken when the worker is gone."""
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            detail = exited() if exited else ""
+            raise WorkerBroken(f"{self.who} exited" + (f": {detail}" if detail else ""))
+        self._buf += chunk
+
+    def recv(self, timeout: float, exited: Callable[[], str] | None = None) -> dict:
+        """The next frame, waiting at most ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        while True:
+            frame = self.take()
+            if frame is not None:
+                return frame
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise WorkerBroken(f"{self.who} did not answer in {timeout:g} s")
+            self.feed(exited)
 
 
 class Channel:

@@ -22,7 +22,7 @@ import time
 
 from ..limits import Limits
 from ..result import ExecutionResult, Outcome, TestResult
-from .base import (Channel, Done, ExecIO, Executor, SandboxUnavailable, WorkerBroken,
+from .base import (Channel, Done, ExecIO, Executor, FrameReader, SandboxUnavailable, WorkerBroken,
                    register)
 from .drive import drive_execution
 
@@ -52,7 +52,7 @@ class RelayChannel(Channel):
         self._sinks: dict[bytes, int] = {}
         self._unsent: dict[int, bytearray] = {}
         self._rpc_to_r: int | None = None
-        self._buf = b""
+        self._frames = FrameReader(self._ctrl_host, "container worker")
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._relay, daemon=True, name="sandbox-relay")
         self._thread.start()
@@ -186,27 +186,8 @@ class RelayChannel(Channel):
     def ctrl_fd(self) -> int:
         return self._ctrl_host.fileno()
 
-    def _take(self) -> dict | None:
-        if len(self._buf) >= 4:
-            n = int.from_bytes(self._buf[:4], "big")
-            if len(self._buf) >= 4 + n:
-                body, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
-                return json.loads(body)
-        return None
-
     def _recv_frame(self, timeout: float) -> dict:
-        end = time.monotonic() + timeout
-        while True:
-            frame = self._take()
-            if frame is not None:
-                return frame
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([self._ctrl_host], [], [], left)[0]:
-                raise WorkerBroken(f"container did not answer in {timeout:g} s")
-            chunk = self._ctrl_host.recv(1 << 16)
-            if not chunk:
-                raise WorkerBroken("container worker exited")
-            self._buf += chunk
+        return self._frames.recv(timeout)
 
     def _to_done(self, frame: dict) -> Done:
         if frame.get("op") != "done":
@@ -219,11 +200,8 @@ class RelayChannel(Channel):
                     wiped=int(frame.get("wiped", 0)))
 
     def poll_done(self) -> Done | None:
-        chunk = self._ctrl_host.recv(1 << 16)
-        if not chunk:
-            raise WorkerBroken("container worker exited")
-        self._buf += chunk
-        frame = self._take()
+        self._frames.feed()
+        frame = self._frames.take()
         return self._to_done(frame) if frame is not None else None
 
     def wait_done(self, timeout: float) -> Done:

@@ -29,7 +29,7 @@ import time
 from ..limits import Limits
 from ..result import ExecutionResult, Outcome
 from . import isolation as iso
-from .base import Channel, Done, ExecIO, Executor, WorkerBroken, register
+from .base import Channel, Done, ExecIO, Executor, FrameReader, WorkerBroken, register
 from .drive import drive_execution
 
 _HARNESS_DIR: str | None = None
@@ -91,13 +91,13 @@ class ProcessWorker(Channel):
         self.proc: subprocess.Popen | None = None
         self.cgroup: iso.Cgroup | None = None
         self.scratch: str | None = None
-        self._buf = b""
         self._done: Done | None = None
         python = python or iso.find_python()
         bwrap = iso.find_bwrap() if use_bwrap else None
         as_root = os.geteuid() == 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = host
+        self._frames = FrameReader(host)
         fds_to_close = [child.fileno()]
         features = []
         seccomp_fd = None
@@ -202,41 +202,20 @@ class ProcessWorker(Channel):
         except OSError as e:
             raise WorkerBroken(f"control channel: {e}") from None
 
-    def _take_frame(self) -> dict | None:
-        if len(self._buf) >= 4:
-            n = int.from_bytes(self._buf[:4], "big")
-            if len(self._buf) >= 4 + n:
-                body, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
-                return json.loads(body)
-        return None
+    def _exit_detail(self) -> str:
+        if self.proc and self.proc.poll() is not None:
+            return self.proc.stderr.read().decode(errors="replace").strip()[:500]
+        return ""
 
     def _recv_frame(self, timeout: float) -> dict:
-        import select
-        end = time.monotonic() + timeout
-        while True:
-            frame = self._take_frame()
-            if frame is not None:
-                return frame
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                raise WorkerBroken(f"worker did not answer in {timeout:g} s")
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                err = ""
-                if self.proc and self.proc.poll() is not None:
-                    err = self.proc.stderr.read().decode(errors="replace").strip()[:500]
-                raise WorkerBroken("worker exited" + (f": {err}" if err else ""))
-            self._buf += chunk
+        return self._frames.recv(timeout, self._exit_detail)
 
     def ctrl_fd(self) -> int:
         return self.sock.fileno()
 
     def poll_done(self) -> Done | None:
-        chunk = self.sock.recv(1 << 16)
-        if not chunk:
-            raise WorkerBroken("worker exited")
-        self._buf += chunk
-        frame = self._take_frame()
+        self._frames.feed()
+        frame = self._frames.take()
         return self._to_done(frame) if frame is not None else None
 
     def _to_done(self, frame: dict) -> Done:
