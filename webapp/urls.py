@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from webapp.accounts import views as account_views
 from webapp.api import api
@@ -18,6 +18,7 @@ urlpatterns = [
 ]
 
 
+
 def _include_app_urls() -> None:
     import importlib
 
@@ -32,3 +33,6 @@ def _include_app_urls() -> None:
 
 
 _include_app_urls()
+
+# Last, so that every page and API route above wins: unknown /api/ paths answer JSON, not the HTML 404 page.
+urlpatterns.append(re_path(r"^api/(?P<rest>.*)$", core_views.api_not_found, name="api-not-found"))

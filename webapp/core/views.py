@@ -24,3 +24,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "runs": Run.objects.visible_to(request.user).order_by("-created")[:10],
         "problem_sets": ProblemSet.objects.visible_to(request.user).order_by("-created")[:10],
     })
+
+
+@login_not_required
+@never_cache
+def api_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Any /api/ path no endpoint serves: a JSON 404 (API clients should never parse an HTML page)."""
+    return JsonResponse({"detail": f"no API endpoint {request.method} {request.path}; "
+                                   "the endpoints are listed at /api/docs"}, status=404)
+

@@ -5,7 +5,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 PUBLIC = {"/login/", "/healthz", "/api/openapi.json", "/api/docs"}
-NOT_ENDPOINTS = {"/api/"}  # ninja's root pattern: answers 404 to everyone
+NOT_ENDPOINTS = {"/api/", "/api/x"}  # ninja's root pattern and the JSON 404 for unknown API paths
 
 
 def walk(patterns, prefix=""):
@@ -74,3 +74,17 @@ def test_plotly_is_served_locally_with_whitenoise(client, user):
     assert response.status_code == 200
     body = b"".join(response.streaming_content) if response.streaming else response.content
     assert b"plotly" in body[:2000].lower()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["get", "post", "delete"])
+@pytest.mark.parametrize("logged_in", [False, True])
+def test_unknown_api_paths_answer_json_404(client, django_user_model, method, logged_in):
+    if logged_in:
+        client.force_login(django_user_model.objects.create_user("walker", password="pw"))
+    response = getattr(client, method)("/api/runz/1/metrics")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+    assert "/api/runz/1/metrics" in response.json()["detail"]
+    # Known endpoints still win over the catch-all.
+    assert client.get("/api/me").status_code == (200 if logged_in else 401)
