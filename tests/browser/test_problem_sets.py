@@ -41,3 +41,23 @@ def test_a_user_uploads_a_problem_set_and_sees_its_validation_finish(page, live_
     page.wait_for_url("**/problems/*/")
     assert "Reference run" in page.content()
     page.screenshot(path=str(output_dir / "problem-detail.png"), full_page=True)
+
+
+def test_the_problem_set_list_follows_a_validation_without_reload(page, live_server_url, celery_worker, user):
+    import io
+
+    from webapp.problems import services
+
+    content = "".join(json.dumps(p) + "\n" for p in PROBLEMS[:2]).encode()
+    ps, errors = services.create_problem_set(user, "Listed set", io.BytesIO(content), validate=False)
+    assert ps is not None and not errors
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/problem-sets/")
+    row = page.locator(f"#problem-sets tr[data-problem-set='{ps.pk}']")
+    assert row.get_attribute("data-status") == "pending"
+    page.evaluate("window.__sameDocument = true")
+
+    services.enqueue_validation(ps)  # the worker picks it up while the list is open
+    page.wait_for_selector(f"#problem-sets tr[data-problem-set='{ps.pk}'][data-status=done]", timeout=120_000)
+    assert "2 ok, 0 failing" in row.inner_text()
+    assert page.evaluate("window.__sameDocument") is True  # updated in place, not reloaded
