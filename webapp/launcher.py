@@ -42,12 +42,16 @@ def prepare(env: dict) -> None:
 
 
 def start_children(env: dict, port: int) -> list[tuple[str, subprocess.Popen]]:
+    from webapp import env as envmod
+
     gpu_workers = os.environ.get("CRUCIBLE_GPU_WORKERS", "1")
     celery = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
               "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle"]
     commands = {
         "worker-gpu": celery + ["-Q", "gpu", "-c", gpu_workers, "-n", "gpu@%h"],
-        "worker-sandbox": celery + ["-Q", "sandbox", "-c", "2", "-n", "sandbox@%h"],
+        # -B: the embedded beat (periodic lost-run check, settings.CELERY_BEAT_SCHEDULE).
+        "worker-sandbox": celery + ["-Q", "sandbox", "-c", "2", "-n", "sandbox@%h", "-B",
+                                    "-s", str(envmod.data_dir() / "celerybeat-schedule")],
         "web": [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
     }
     children = []

@@ -123,6 +123,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "sandbox"
 CELERY_TASK_ROUTES = {
+    # The gpu workers are busy supervising runs; the check for runs whose worker died runs beside them.
+    "runs.fail_lost_runs": {"queue": "sandbox"},
     "runs.*": {"queue": "gpu"},
     "problems.*": {"queue": "sandbox"},
     "core.*": {"queue": "sandbox"},
@@ -133,6 +135,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}  # long runs must not be redelivered
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery beat (`make run`: inside the sandbox worker; compose: the `beat` service) looks for runs whose
+# supervisor died every minute, so a lost run turns `failed` even if nobody opens its page.
+CELERY_BEAT_SCHEDULE = {
+    "fail-lost-runs": {"task": "runs.fail_lost_runs", "schedule": 60.0, "options": {"expires": 55}},
+}
 # A run supervisor survives a broker reconnect; a redelivered copy finds the run owned and stops.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 

@@ -20,6 +20,7 @@ def test_compose_declares_the_production_services():
     assert devices[0]["driver"] == "nvidia"
     assert "sandbox" in services["worker-sandbox"]["command"]
     assert "daphne" in services["web"]["command"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "webapp", "beat"]  # the periodic lost-run check
     assert "crucible-data" in compose["volumes"]
 
 

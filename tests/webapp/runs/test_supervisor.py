@@ -139,3 +139,14 @@ def test_the_trainer_dies_with_its_supervisor():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     child = int(out.stdout.split()[0])
     wait_for(lambda: not pid_alive(child), timeout=10)
+
+
+def test_the_lost_run_check_is_scheduled_on_the_sandbox_queue():
+    # The gpu workers are busy supervising: routed there, the check would wait for the runs to end.
+    from webapp.celery import app
+
+    app.loader.import_default_modules()
+    entry = app.conf.beat_schedule["fail-lost-runs"]
+    assert entry["task"] in app.tasks and entry["schedule"] <= 120
+    assert app.amqp.router.route({}, entry["task"])["queue"].name == "sandbox"
+    assert app.amqp.router.route({}, "runs.supervise")["queue"].name == "gpu"
