@@ -45,7 +45,7 @@ DEMO_CONFIG = {
     "sampling": {"problems_per_step": 8, "candidates_per_problem": 16, "max_new_tokens": 64,
                  "temperature": 1.0, "top_p": 1.0, "top_k": 0, "prompt_style": "completion"},
     "ppo": {"learning_rate": 2e-3, "kl_coef": 0.01, "clip_range": 0.2, "micro_batch_size": 64, "advantage": "grpo"},
-    "train": {"steps": 80, "seed": 0, "eval_every": 0, "eval_samples": 8, "checkpoint_every": 0},
+    "train": {"steps": 200, "seed": 0, "eval_every": 0, "eval_samples": 16, "checkpoint_every": 0},
     "sandbox": {"backend": "process", "workers": 2},
 }
 
@@ -130,6 +130,14 @@ def _child(arm: str, cfg: dict, threads: int | None) -> dict:
     return result
 
 
+def warm_start(build: dict) -> str:
+    w = build.get("warmup")
+    if not w:
+        return ""
+    return (f": {w['steps']} supervised steps on {w['problems']} train problems, "
+            f"{w.get('correct_copies', '?')} right body to {w.get('wrong_per_problem', '?')} failing variants each")
+
+
 def markdown(results: list[dict], cfg: dict, build: dict, load: tuple[float, float], threads: int,
              command: str = "python benchmarks/learning_demo.py") -> str:
     s, t = cfg["sampling"], cfg["ppo"]
@@ -141,7 +149,8 @@ def markdown(results: list[dict], cfg: dict, build: dict, load: tuple[float, flo
         f"average {load[0]:.1f} before, {load[1]:.1f} after), torch threads {threads}, "
         f"{time.strftime('%Y-%m-%d %H:%M')}. Model: the tiny Qwen3 model "
         f"({build.get('parameters', '?'):,} parameters) warm-started on the demo set's train split"
-        f"{' (build ' + str(build['build_seconds']) + ' s, not counted)' if 'build_seconds' in build else ''}.",
+        f"{' (build ' + str(build['build_seconds']) + ' s, not counted)' if 'build_seconds' in build else ''}"
+        f"{warm_start(build)}.",
         "",
         f"Config (the CPU demo preset): {tr['steps']} steps × {s['problems_per_step']} problems × "
         f"{s['candidates_per_problem']} candidates, max_new_tokens {s['max_new_tokens']}, LoRA r "

@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     tiny = sub.add_parser("tiny-model", help="build the ~1M-parameter Qwen3-architecture demo model offline")
     tiny.add_argument("--out", type=Path, required=True, help="output directory (Hugging Face format)")
     tiny.add_argument("--warmup-problems", type=Path, help="warm-start on this problem file's train split")
-    tiny.add_argument("--warmup-steps", type=int, default=200, help="supervised warm-up steps (default 200)")
+    tiny.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps (default 400)")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--threads", type=int, default=1,
                       help="torch CPU threads (default 1: fastest on a small, shared CPU)")

@@ -7,10 +7,12 @@
    the Qwen special tokens and a ChatML chat template;
 2. builds a randomly initialised ``Qwen3ForCausalLM`` (hidden 128, 4 layers, tied embeddings);
 3. optionally warm-starts it with a short supervised pass on the *train* split: prompt -> body + EOS,
-   where the body is the reference solution's body or, deliberately, a plausible wrong variant of it
-   (flipped comparison, wrong operator, swapped arguments, dropped filter, off-by-one) that fails the
-   tests. Sampling at temperature 1 then passes some of the time but not always, so RL has a signal
-   from its first step; a randomly initialised model gets all-zero rewards and learns nothing.
+   where the body is the reference solution's body (once) or, deliberately, one of three plausible
+   wrong variants of it (flipped comparison, wrong operator, swapped arguments, dropped filter,
+   off-by-one) that fail the tests. The right body is then the most likely single answer but not the
+   majority one: sampling at temperature 1 passes some of the time (about 40% on train, a little less
+   on held-out compositions of the demo set), so RL has a signal from its first step and room to
+   sharpen; a randomly initialised model gets all-zero rewards and learns nothing.
 
 Nothing is downloaded.
 """
@@ -38,6 +40,12 @@ QWEN_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{
 
 MODEL_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
+
+# The warm start (chosen with benchmarks/learning_demo.py on the demo set): 400 AdamW steps of 32
+# examples (about a minute on one core), one right body per train problem for three failing variants.
+WARMUP_STEPS = 400
+CORRECT_COPIES = 1
+WRONG_PER_PROBLEM = 3
 
 # Generic Python so the tokenizer (and a no-warm-up model's vocabulary) covers everyday code.
 PYTHON_SNIPPETS = '''
@@ -178,8 +186,8 @@ def completion_of(problem: Any) -> str | None:
     return None
 
 
-def warmup_examples(problems: Sequence[Any], runner: Any, *, seed: int = 0, correct_copies: int = 2,
-                    wrong_per_problem: int = 3) -> tuple[list[tuple[str, str]], dict]:
+def warmup_examples(problems: Sequence[Any], runner: Any, *, seed: int = 0, correct_copies: int = CORRECT_COPIES,
+                    wrong_per_problem: int = WRONG_PER_PROBLEM) -> tuple[list[tuple[str, str]], dict]:
     """(prompt, completion) pairs: each train problem's body ``correct_copies`` times plus up to
     ``wrong_per_problem`` distinct variants that the runner confirms fail the tests."""
     from training.local_runner import make_candidate
@@ -251,8 +259,12 @@ def supervised_warmup(model: Any, tokenizer: Any, examples: Sequence[tuple[str, 
 
 
 def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None = None, seed: int = 0,
-                     warmup_steps: int = 200, runner: Any = None, log: Any = None) -> Path:
-    """Build the tiny model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it.
+                     warmup_steps: int = WARMUP_STEPS, runner: Any = None, log: Any = None,
+                     correct_copies: int = CORRECT_COPIES, wrong_per_problem: int = WRONG_PER_PROBLEM,
+                     warmup_lr: float = 3e-3, batch_size: int = 32) -> Path:
+    """Build the tiny model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it
+    (``warmup_steps`` AdamW steps of ``batch_size`` at ``warmup_lr`` on ``correct_copies`` right
+    bodies and up to ``wrong_per_problem`` failing variants per train problem).
 
     ``runner`` executes the wrong variants to keep only those that really fail (default:
     ``make_runner()``). Writes ``crucible_tiny.json`` with the build facts next to the weights.
@@ -278,7 +290,8 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
         own_runner = runner is None
         runner = runner or make_runner(workers=2)
         try:
-            examples, stats = warmup_examples(problems, runner, seed=seed)
+            examples, stats = warmup_examples(problems, runner, seed=seed, correct_copies=correct_copies,
+                                              wrong_per_problem=wrong_per_problem)
         finally:
             if own_runner:
                 runner.close()
@@ -286,8 +299,11 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
             raise ValueError(f"{warmup_problems}: no train-split function problem has a reference solution that "
                              "starts with its prompt, so there is nothing to warm up on")
         with torch.random.fork_rng():
-            losses = supervised_warmup(model, tokenizer, examples, steps=warmup_steps, seed=seed)
-        info["warmup"] = {**stats, "steps": warmup_steps, "loss_first": losses[0], "loss_last": losses[-1],
+            losses = supervised_warmup(model, tokenizer, examples, steps=warmup_steps, seed=seed,
+                                        learning_rate=warmup_lr, batch_size=batch_size)
+        info["warmup"] = {**stats, "steps": warmup_steps, "correct_copies": correct_copies,
+                          "wrong_per_problem": wrong_per_problem, "learning_rate": warmup_lr,
+                          "batch_size": batch_size, "loss_first": losses[0], "loss_last": losses[-1],
                           "problems_file": str(warmup_problems)}
     info["build_seconds"] = round(time.time() - started, 1)
     model.save_pretrained(out)
