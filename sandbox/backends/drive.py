@@ -65,7 +65,7 @@ class _Session:
         self.deadline = deadline
         self.out = _Capture(limits.output_limit_bytes)
         self.err = _Capture(limits.output_limit_bytes)
-        self.sel = selectors.DefaultSelector()
+        self.sel = selectors.PollSelector()  # no epoll instance to create and close per execution
         for fd, cap in ((io.stdout, self.out), (io.stderr, self.err)):
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, cap)

@@ -268,6 +268,9 @@ class Cgroup:
                 self.errors[controller] = f"cannot create {path}: {e.strerror}"
         self._oom_before = 0
         self._limits: dict[str, int] = {}  # what set_limits last wrote successfully
+        # Files read or written at every execution stay open (pread/pwrite at offset 0 re-reads
+        # or rewrites a cgroup file): an open + close less each time.
+        self._fds: dict[tuple[str, str], int] = {}
 
     @property
     def features(self) -> list[str]:
@@ -293,6 +296,43 @@ class Cgroup:
                 return f.read()
         except OSError:
             return ""
+
+    def _fd(self, controller: str, fname: str, flags: int) -> int | None:
+        fd = self._fds.get((controller, fname))
+        if fd is None:
+            path = self.paths.get(controller)
+            if not path:
+                return None
+            try:
+                fd = self._fds[(controller, fname)] = os.open(os.path.join(path, fname),
+                                                               flags | os.O_CLOEXEC)
+            except OSError:
+                return None
+        return fd
+
+    def _hot_read(self, controller: str, fname: str) -> str:
+        fd = self._fd(controller, fname, os.O_RDONLY)
+        if fd is None:
+            return ""
+        try:
+            chunks = []
+            while True:
+                b = os.pread(fd, 65536, sum(map(len, chunks)))
+                if not b:
+                    return b"".join(chunks).decode()
+                chunks.append(b)
+        except OSError:
+            return ""
+
+    def _hot_write(self, controller: str, fname: str, value: str) -> bool:
+        fd = self._fd(controller, fname, os.O_WRONLY)
+        if fd is None:
+            return False
+        try:
+            os.pwrite(fd, value.encode(), 0)
+            return True
+        except OSError:
+            return False
 
     def add(self, pid: int) -> None:
         for controller in list(self.paths):
@@ -328,14 +368,14 @@ class Cgroup:
                 if ok:
                     self._limits["memory"] = memory_bytes
             if not self.v2.get("memory"):
-                self._write("memory", "memory.max_usage_in_bytes", "0")  # peak per execution
+                self._hot_write("memory", "memory.max_usage_in_bytes", "0")  # peak per execution
             if not ok:
                 failed.add("memory")
             self._oom_before = self.oom_kills()
         return failed
 
     def oom_kills(self) -> int:
-        text = self._read("memory", "memory.events" if self.v2.get("memory") else "memory.oom_control")
+        text = self._hot_read("memory", "memory.events" if self.v2.get("memory") else "memory.oom_control")
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0] == "oom_kill":
@@ -347,28 +387,38 @@ class Cgroup:
             return 0.0, False
         fname = "memory.peak" if self.v2.get("memory") else "memory.max_usage_in_bytes"
         try:
-            peak = int(self._read("memory", fname) or 0) / (1 << 20)
+            peak = int(self._hot_read("memory", fname) or 0) / (1 << 20)
         except ValueError:
             peak = 0.0
         return peak, self.oom_kills() > self._oom_before
 
     def procs(self) -> list[int]:
-        return _procs(self.paths["pids"]) if "pids" in self.paths else []
+        """Every process in the cgroup (both controllers hold the same ones: a worker joins both
+        and its descendants inherit them; a controller it could not join was dropped)."""
+        controller = "pids" if "pids" in self.paths else "memory" if "memory" in self.paths else None
+        if controller is None:
+            return []
+        try:
+            return [int(x) for x in self._hot_read(controller, "cgroup.procs").split()]
+        except ValueError:
+            return []
 
     def sweep(self, keep: set[int]) -> int:
         """SIGKILL every process in the cgroup except `keep`; returns how many it found."""
         found = 0
-        for path in self.paths.values():
-            for pid in _procs(path):
-                if pid not in keep:
-                    found += 1
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        for pid in self.procs():
+            if pid not in keep:
+                found += 1
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         return found
 
     def destroy(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
         # A dying pid namespace keeps its cgroup busy for a while: never wait for it here (a cold
         # slot would stall); the janitor thread removes what cannot be removed yet.
         for path in self.paths.values():
@@ -402,3 +452,95 @@ class _Janitor:
 
 
 _JANITOR = _Janitor()
+
+
+# --- reusable empty network namespaces ---------------------------------------------------------
+
+CLONE_NEWNET = 0x40000000
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+def _setns(fd: int, what: str) -> None:
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
+        import ctypes
+        e = ctypes.get_errno()
+        raise OSError(e, f"setns into {what}: {os.strerror(e)}")
+
+
+class EmptyNetns:
+    """A network namespace created once by this (root) process and kept by a file descriptor: it is
+    owned by the host's initial user namespace, so nothing inside a sandbox's own user namespace
+    (which is all a payload ever has, and without capabilities) may configure it. No interface in
+    it is up, not even `lo`. Python 3.11 has no os.unshare/os.setns: libc through ctypes.
+
+    Namespaces are per thread: `entered()` moves only the calling thread in (a process it then
+    starts is created in the namespace) and back out."""
+
+    def __init__(self) -> None:
+        libc = _libc()
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if libc.unshare(CLONE_NEWNET) != 0:
+                import ctypes
+                e = ctypes.get_errno()
+                raise OSError(e, f"unshare(CLONE_NEWNET): {os.strerror(e)}")
+            try:
+                self.fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                self.inode = os.fstat(self.fd).st_ino
+            finally:
+                _setns(own, "the thread's own network namespace")
+        finally:
+            os.close(own)
+
+    def entered(self):
+        return _InNetns(self)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _InNetns:
+    def __init__(self, ns: EmptyNetns) -> None:
+        self.ns = ns
+        self.own = -1
+
+    def __enter__(self) -> None:
+        self.own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(self.ns.fd, "a sandbox network namespace")
+        except BaseException:
+            os.close(self.own)
+            raise
+
+    def __exit__(self, *exc) -> None:
+        try:
+            _setns(self.own, "the thread's own network namespace")
+        finally:
+            os.close(self.own)
+
+
+_NETNS_OK: list[bool] = []
+
+
+def shared_netns_supported() -> bool:
+    """Whether this process may create and enter network namespaces (root, Linux, libc setns)."""
+    if not _NETNS_OK:
+        ok = False
+        if os.geteuid() == 0 and os.path.exists("/proc/thread-self/ns/net"):
+            try:
+                EmptyNetns().close()
+                ok = True
+            except (OSError, AttributeError):
+                ok = False
+        _NETNS_OK.append(ok)
+    return _NETNS_OK[0]

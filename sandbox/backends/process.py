@@ -10,7 +10,8 @@ filter; its own pids and memory cgroups. Inside, harness.py's worker is pid 1.
 
 warm mode: a worker serves many executions, forking a fresh child for each and killing every process
 of the execution afterwards; it is recycled after `max_executions_per_worker` or any anomaly.
-cold mode: one worker per execution.
+cold mode: one worker per execution, each in fresh namespaces except the network one: a cold
+sandbox borrows an empty network namespace from a pool (see `Home` for why that is sound).
 Without bubblewrap it still runs (rlimits, cgroups when root, uid nobody) and says so in `isolation`.
 """
 
@@ -39,23 +40,50 @@ _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"
 
 
 def harness_dir() -> str:
-    """A root-owned copy of harness.py that the unprivileged sandbox user can read."""
+    """A root-owned copy of harness.py that the unprivileged sandbox user can read, with its
+    bytecode compiled once by the sandbox's interpreter: a worker then loads it instead of
+    compiling 700 lines at every start (~5 ms of a cold execution's ~20)."""
     global _HARNESS_DIR
     with _HARNESS_LOCK:
         if _HARNESS_DIR is None or not os.path.exists(os.path.join(_HARNESS_DIR, "harness.py")):
             d = tempfile.mkdtemp(prefix="crucible-harness-")
             os.chmod(d, 0o755)
             src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
-            shutil.copyfile(src, os.path.join(d, "harness.py"))
-            os.chmod(os.path.join(d, "harness.py"), 0o644)
+            dst = os.path.join(d, "harness.py")
+            shutil.copyfile(src, dst)
+            os.chmod(dst, 0o644)
+            try:  # best effort: without the .pyc the interpreter compiles the source itself
+                subprocess.run([iso.find_python(), "-I", "-S", "-c", _COMPILE, dst], timeout=60,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False)
+                for root, dirs, files in os.walk(d):
+                    for name in dirs:
+                        os.chmod(os.path.join(root, name), 0o755)
+                    for name in files:
+                        os.chmod(os.path.join(root, name), 0o644)
+            except (OSError, subprocess.SubprocessError):
+                pass
             import atexit
             atexit.register(shutil.rmtree, d, True)
             _HARNESS_DIR = d
         return _HARNESS_DIR
 
 
-def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None) -> list[str]:
-    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--new-session",
+# Compiles harness.py to __pycache__/ with the interpreter that will load it.
+_COMPILE = "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)"
+# Starts the worker from the compiled module. argv[1] is the harness path (its directory goes on
+# sys.path for the import only); the rest are the worker's arguments.
+_LOADER = ("import sys; sys.path.insert(0, sys.argv[1].rpartition('/')[0]); import harness; "
+           "del sys.path[0]; harness.main(sys.argv[2:])")
+
+
+def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None,
+                own_netns: bool = True) -> list[str]:
+    # --unshare-all is user(-try), ipc, pid, net, uts and cgroup(-try); without `own_netns` the
+    # sandbox stays in the network namespace of the thread that starts it (a Home's, see below).
+    unshare = ["--unshare-all"] if own_netns else \
+        ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    args = [bwrap, *unshare, "--unshare-user", "--disable-userns", "--new-session",
             "--die-with-parent", "--as-pid-1", "--uid", "65534", "--gid", "65534",
             "--hostname", "sandbox", "--clearenv"]
     for k, v in _ENV.items():
@@ -80,12 +108,37 @@ def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None
     return args
 
 
+class Home:
+    """The empty network namespace (isolation.EmptyNetns) a one-shot (cold) sandbox borrows
+    instead of creating and destroying one per execution (the costliest namespace to make).
+
+    Sound because a Home serves one sandbox at a time, and only ever a sandbox that starts after
+    every process of the previous one is gone: the executor lends it when a sandbox starts and
+    takes it back once that sandbox's pid 1 has exited (its pidfd says so), and pid 1 of a pid
+    namespace finishes exiting only after every other process of the namespace has been
+    released. Nothing of an execution outlives its processes in a network namespace: no
+    interface is up, and an unprivileged payload, in a user namespace that does not own the netns,
+    can configure none (no address, route, firewall rule or sysctl); its sockets, abstract
+    AF_UNIX names included, close when its processes die. Each sandbox still gets fresh pid, mount,
+    ipc, uts, user and cgroup namespaces, a fresh tmpfs and its own cgroups."""
+
+    def __init__(self, netns: iso.EmptyNetns):
+        self.netns = netns
+        self.uses = 0
+
+    def close(self) -> None:
+        self.netns.close()
+
+
 class ProcessWorker(Channel):
     """One started worker and the host ends of its control channel."""
 
     def __init__(self, limits: Limits, *, use_bwrap: bool = True, use_seccomp: bool = True,
-                 use_cgroups: bool = True, light: bool = False, python: str | None = None):
+                 use_cgroups: bool = True, light: bool = False, python: str | None = None,
+                 home: Home | None = None):
         self.limits = limits
+        self.home = home
+        self.pidfd: int | None = None
         self.executions = 0
         self.closed = False
         self.proc: subprocess.Popen | None = None
@@ -111,8 +164,9 @@ class ProcessWorker(Channel):
                     fds_to_close.append(seccomp_fd)
                 info_r, info_w = os.pipe()
                 fds_to_close.append(info_w)
-                argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd) + [
-                    python, *cmd_tail, "/opt/crucible/harness.py", "worker", str(child.fileno())]
+                argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd, own_netns=home is None) + [
+                    python, *cmd_tail, "-c", _LOADER, "/opt/crucible/harness.py", "worker",
+                    str(child.fileno())]
                 if light:
                     argv.append("--light")
                 self.isolation = "bwrap"
@@ -126,8 +180,8 @@ class ProcessWorker(Channel):
                 if as_root:
                     os.chown(self.scratch, iso.NOBODY, iso.NOBODY)
                 os.chmod(self.scratch, 0o700)
-                argv = [python, *cmd_tail, os.path.join(harness_dir(), "harness.py"), "worker",
-                        str(child.fileno())] + (["--light"] if light else [])
+                argv = [python, *cmd_tail, "-c", _LOADER, os.path.join(harness_dir(), "harness.py"),
+                        "worker", str(child.fileno())] + (["--light"] if light else [])
                 self.isolation = "rlimits"
                 features = ["clear_env"]
                 cwd, env = self.scratch, dict(_ENV, HOME=self.scratch, TMPDIR=self.scratch)
@@ -144,9 +198,17 @@ class ProcessWorker(Channel):
                             "--clear-groups", "--", *argv]
                 else:
                     kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []}
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd,
-                                         env=env, start_new_session=True, **kwargs)
+            if home is not None and bwrap:
+                features.append("net_ns_reused")
+                with home.netns.entered():  # bwrap starts in the Home's netns and stays there
+                    self.proc = subprocess.Popen(
+                        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd, env=env,
+                        start_new_session=True, **kwargs)
+            else:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd,
+                                             env=env, start_new_session=True, **kwargs)
         finally:
             for fd in fds_to_close:
                 try:
@@ -158,6 +220,9 @@ class ProcessWorker(Channel):
             self.pid = self.proc.pid
             if info_r is not None:
                 self.pid = self._read_info(info_r)
+            if home is not None:
+                # The Home goes back only once this pid 1 has exited (see Home).
+                self.pidfd = os.pidfd_open(self.pid)
             if use_cgroups and os.geteuid() == 0:
                 self.cgroup = iso.CgroupRoot.get().new_group()
                 failed = self.cgroup.set_limits(limits.max_processes + 1, None)
@@ -252,7 +317,8 @@ class ProcessWorker(Channel):
                   "limits": {"cpu_s": limits.time_limit_s, "as_bytes": as_bytes,
                              "fsize_bytes": limits.file_size_mb << 20, "nofile": limits.open_files,
                              "nproc": None}}
-        stdin_fd = iso.memfd_with(stdin_data, "stdin")
+        # No input (function problems): /dev/null, opened once, instead of a memfd each time.
+        stdin_fd = iso.memfd_with(stdin_data, "stdin") if stdin_data else _devnull()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         to_r = to_w = from_r = from_w = None
@@ -266,7 +332,8 @@ class ProcessWorker(Channel):
             self._send(header, child_fds)
         finally:
             for fd in child_fds:
-                os.close(fd)
+                if fd != _DEVNULL[0]:
+                    os.close(fd)
         self.executions += 1
         return ExecIO(stdout=out_r, stderr=err_r, rpc_to_child=to_w, rpc_from_child=from_r)
 
@@ -313,18 +380,30 @@ class ProcessWorker(Channel):
                     pass
         return True
 
-    def reap(self) -> None:
+    def reap(self) -> bool:
+        """Wait for the sandbox; True once bubblewrap has exited (so has everything in it)."""
+        exited = True
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                pass
+                exited = False
             if self.proc.stderr:
                 self.proc.stderr.close()
+        if self.pidfd is not None:
+            import select
+            try:  # readable once pid 1 has exited, i.e. once nothing of the sandbox runs
+                exited = exited and bool(select.select([self.pidfd], [], [], 5.0)[0])
+            finally:
+                os.close(self.pidfd)
+                self.pidfd = None
+        elif self.home is not None:
+            exited = False  # never saw pid 1: cannot vouch for the Home
         if self.cgroup is not None:
             self.cgroup.destroy()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        return exited
 
 
 @register("process")
@@ -335,10 +414,16 @@ class ProcessExecutor(Executor):
 
     def __init__(self, mode: str = "warm", *, use_bwrap: bool = True, use_seccomp: bool = True,
                  use_cgroups: bool = True, max_executions_per_worker: int = 500,
-                 scratch_mb: int | None = None):
+                 scratch_mb: int | None = None, reuse_homes: bool = True):
         if mode not in ("warm", "cold"):
             raise ValueError(f"mode={mode!r}: use 'warm' (reused workers) or 'cold' (one per execution)")
         self.mode = mode
+        # cold mode: sandboxes borrow a Home (an empty netns) instead of unsharing their own one;
+        # see Home for why that is sound. Needs root (setns) and bubblewrap.
+        self._use_homes = (reuse_homes and mode == "cold" and use_bwrap
+                           and iso.find_bwrap() is not None and iso.shared_netns_supported())
+        self._homes: list[Home] = []       # clean, ready to lend
+        self._homes_all: set[Home] = set()  # every Home this executor made and has not closed
         self.options = dict(use_bwrap=use_bwrap, use_seccomp=use_seccomp, use_cgroups=use_cgroups)
         self.max_executions = max_executions_per_worker
         self._idle: list[ProcessWorker] = []
@@ -384,8 +469,48 @@ class ProcessExecutor(Executor):
 
     def _new_worker(self, limits: Limits, light: bool) -> ProcessWorker:
         if threading.current_thread().name.startswith("sandbox-spawn"):
-            return ProcessWorker(limits, light=light, **self.options)
-        return self._spawner.submit(ProcessWorker, limits, light=light, **self.options).result()
+            return self._start(limits, light)
+        return self._spawner.submit(self._start, limits, light).result()
+
+    def _start(self, limits: Limits, light: bool) -> ProcessWorker:
+        """Start a worker (on a spawner thread); one-shot ones get a Home when homes are in use."""
+        home = self._lease_home() if light else None
+        try:
+            return ProcessWorker(limits, light=light, home=home, **self.options)
+        except BaseException:
+            if home is not None:  # never lent again: nothing vouches for what ran in it
+                self._return_home(home, False)
+            raise
+
+    def _lease_home(self) -> Home | None:
+        if not self._use_homes:
+            return None
+        with self._lock:
+            if self._homes:
+                home = self._homes.pop()
+                home.uses += 1
+                return home
+        try:
+            home = Home(iso.EmptyNetns())
+        except OSError:
+            self._use_homes = False  # sandboxes then unshare their own network namespace
+            return None
+        home.uses = 1
+        with self._lock:
+            if self._closed:
+                home.close()
+                raise WorkerBroken("executor closed")
+            self._homes_all.add(home)
+        return home
+
+    def _return_home(self, home: Home, clean: bool) -> None:
+        """Lend `home` again only when the sandbox that had it is known to be entirely gone."""
+        with self._lock:
+            if clean and not self._closed:
+                self._homes.append(home)
+                return
+            self._homes_all.discard(home)
+        home.close()
 
     def set_prefetch(self, n: int, limits: Limits | None = None) -> None:
         """cold mode: keep `n` unused sandboxes started (typically one per parallel slot)."""
@@ -413,7 +538,7 @@ class ProcessExecutor(Executor):
                 limits = self._spare_limits
                 self._starting += 1
             try:
-                future = self._spawner.submit(ProcessWorker, limits, light=True, **self.options)
+                future = self._spawner.submit(self._start, limits, True)
             except RuntimeError:  # the spawner is shut down: we are closing
                 with self._lock:
                     self._starting -= 1
@@ -462,9 +587,13 @@ class ProcessExecutor(Executor):
                     self._reap_cv.wait()
                 w = self._reap_queue.pop(0)
             try:
-                w.reap()
+                exited = w.reap()
             except Exception:  # never let one stuck sandbox stop the others' cleanup
-                pass
+                exited = False
+            if w.home is not None:
+                # exited: pid 1 is gone; otherwise something of it may still run, and the
+                # Home is never lent again.
+                self._return_home(w.home, exited)
 
     def _give_back(self, w: ProcessWorker, healthy: bool) -> None:
         with self._lock:
@@ -555,6 +684,21 @@ class ProcessExecutor(Executor):
         for w in leftover:
             w.reap()
         self._spawner.shutdown(wait=True)
+        with self._lock:
+            homes, self._homes_all, self._homes = list(self._homes_all), set(), []
+        for home in homes:
+            home.close()
+
+
+_DEVNULL = [-1]
+
+
+def _devnull() -> int:
+    if _DEVNULL[0] < 0:
+        with _HARNESS_LOCK:
+            if _DEVNULL[0] < 0:
+                _DEVNULL[0] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    return _DEVNULL[0]
 
 
 def _test_names(problem) -> list[str]:
