@@ -1,8 +1,11 @@
 """Batched sampling of completions, stop strings and prompt building.
 
-Sampling runs a minimal KV-cache loop (``_sample``: each prompt is prefilled once and its cache
-repeated for its candidates, the cache is preallocated) with the same processors, in the same order,
-as Hugging Face ``generate``; a model whose forward takes no cache argument goes through ``generate``.
+Sampling runs a minimal KV-cache loop (``_sample``: each prompt is prefilled once; for float32
+full-attention models its keys/values are then kept once per prompt and attended to by all its
+candidates (``_SharedPrefix``), finished rows leave the decoding batch, and the cache of generated
+tokens is preallocated; otherwise the prompt cache is repeated per candidate) with the same
+processors, in the same order, and the same random draws as Hugging Face ``generate``; a model whose
+forward takes no cache argument goes through ``generate``.
 
 The sampling distribution is exactly ``softmax(logits / temperature)`` restricted by ``top_p`` and
 ``top_k`` (``top_k=0``: no cut). Every other logits processor a checkpoint's ``generation_config``
@@ -83,6 +86,7 @@ class GenerationBatch:
         * ``completion_mask`` (B, C)     1 on kept completion tokens; the logits predicting
           completion token ``j`` sit at position ``P + j - 1``
         * ``prompt_length`` P (python int, via ``int(t["prompt_length"])``)
+        * ``prompt_index``   (B,)        ``prompt_index`` of each sequence (which rows share a prompt)
         """
         b = len(self)
         p = max(len(x) for x in self.prompt_ids)
@@ -99,7 +103,8 @@ class GenerationBatch:
                 completion_mask[i, :len(co)] = 1
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, P + C)
         out = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-               "completion_mask": completion_mask, "prompt_length": torch.tensor(p)}
+               "completion_mask": completion_mask, "prompt_length": torch.tensor(p),
+               "prompt_index": torch.tensor(self.prompt_index, dtype=torch.long)}
         if device is not None:
             out = {k: v.to(device) for k, v in out.items()}
         return out
@@ -277,7 +282,8 @@ def _cache_kwarg(model: Any) -> str | None:
 def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, sampling: SamplingConfig,
             eos_ids: list[int], pad_id: int, stop: _StopOnStrings | None, cache_kwarg: str) -> torch.Tensor:
     """The sampling loop of ``generate`` without its overhead: each prompt is prefilled once and its KV
-    cache repeated for its ``n`` sequences. Same distribution and order of processors as
+    cache shared by its ``n`` sequences (``_SharedPrefix``) or, where that does not apply, repeated
+    for them. Same distribution and order of processors as
     ``generate``: ``softmax(top_p(top_k(logits / temperature)))``, argmax when ``temperature == 0``;
     a finished row (EOS or stop string) is padded with ``pad_id`` afterwards.
 
@@ -289,36 +295,66 @@ def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n
     cache = DynamicCache(config=model.config)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                 logits_to_keep=1, **{cache_kwarg: cache})
-    if n > 1:
-        cache.batch_repeat_interleave(n)
-    _preallocate(cache, sampling.max_new_tokens)
+    max_new = sampling.max_new_tokens
+    prefix = _SharedPrefix.build(model, cache, attention_mask, n)
+    if prefix is not None:  # the prompts' keys/values stay one per prompt; the cache holds completions only
+        cache = DynamicCache(config=model.config)
+    else:
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        _preallocate(cache, max_new)
     logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)  # (B, V), B = N * n
     position = position_ids[:, -1:].repeat_interleave(n, dim=0)  # (B, 1)
     b, p = logits.shape[0], attention_mask.shape[1]
-    max_new = sampling.max_new_tokens
     mask = torch.cat([attention_mask.repeat_interleave(n, dim=0),
                       attention_mask.new_ones(b, max_new)], dim=1)  # (B, P + max_new)
-    eos = torch.tensor(eos_ids, dtype=torch.long, device=logits.device)  # (E,)
-    done = torch.zeros(b, dtype=torch.bool, device=logits.device)  # (B,)
+    with prefix or contextlib.nullcontext():
+        return _decode_loop(model, logits, position, mask, p, cache, cache_kwarg, sampling, eos_ids, pad_id, stop,
+                            prefix)
+
+
+def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask: torch.Tensor, p: int, cache: Any,
+                 cache_kwarg: str, sampling: SamplingConfig, eos_ids: list[int], pad_id: int,
+                 stop: _StopOnStrings | None, prefix: "_SharedPrefix | None") -> torch.Tensor:
+    """Sample token by token from the prefill's last ``logits`` (B, V) -> generated ids (B, T).
+
+    With a shared prefix, finished rows leave the batch (``active``: the rows still decoding) once a
+    quarter of it has finished, so the forward passes stop computing them. Sampling still draws the
+    random numbers of the whole batch, exactly as ``torch.multinomial`` on (B, V) probabilities
+    does (``argmax(p / q)``, ``q ~ Exp(1)`` per entry), so the draws do not depend on which rows are
+    still decoding.
+    """
+    b, max_new = logits.shape[0], sampling.max_new_tokens
+    device = logits.device
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)  # (E,)
+    done = torch.zeros(b, dtype=torch.bool, device=device)  # (B,)
+    active = torch.arange(b, device=device)  # (B',) rows still in the decoding batch
     temperature, top_k, top_p = float(sampling.temperature), int(sampling.top_k), float(sampling.top_p)
     tokens: list[torch.Tensor] = []
     for t in range(max_new):
-        scores = logits.float()  # (B, V)
+        scores = logits.float()  # (B', V)
         if temperature == 0:
-            nxt = scores.argmax(-1)  # (B,)
+            drawn = scores.argmax(-1)  # (B',)
         else:
             if temperature != 1.0:
                 scores = scores / temperature
             if 0 < top_k < scores.shape[-1]:  # TopKLogitsWarper
-                kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]  # (B, 1)
+                kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]  # (B', 1)
                 scores = scores.masked_fill(scores < kth, float("-inf"))
             if top_p < 1.0:  # TopPLogitsWarper: drop the low tail of mass <= 1 - top_p, keep >= 1 token
-                sorted_scores, sorted_idx = torch.sort(scores, descending=False)  # (B, V)
-                cum = sorted_scores.softmax(-1).cumsum(-1)  # (B, V)
+                sorted_scores, sorted_idx = torch.sort(scores, descending=False)  # (B', V)
+                cum = sorted_scores.softmax(-1).cumsum(-1)  # (B', V)
                 drop = cum <= (1 - top_p)
                 drop[:, -1] = False
                 scores = scores.masked_fill(drop.scatter(1, sorted_idx, drop), float("-inf"))
-            nxt = torch.multinomial(scores.softmax(-1), num_samples=1).squeeze(1)  # (B,)
+            probs = scores.softmax(-1)  # (B', V)
+            if active.numel() == b:
+                drawn = torch.multinomial(probs, num_samples=1).squeeze(1)  # (B,)
+            else:  # torch.multinomial's own algorithm, on the whole batch's random numbers
+                q = torch.empty((b, probs.shape[1]), dtype=probs.dtype, device=device).exponential_(1)  # (B, V)
+                drawn = (probs / q[active]).argmax(-1)  # (B',)
+        nxt = torch.full((b,), pad_id, dtype=torch.long, device=device)  # (B,)
+        nxt[active] = drawn
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens.append(nxt)
         if eos.numel():
@@ -328,10 +364,146 @@ def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n
         if t == max_new - 1 or bool(done.all()):
             break
         position = position + 1
-        out = model(input_ids=nxt[:, None], attention_mask=mask[:, :p + t + 1], position_ids=position,
+        if prefix is not None:
+            finished = done[active]  # (B',)
+            n_finished = int(finished.sum())
+            if n_finished and n_finished * 4 >= active.numel():
+                keep = (~finished).nonzero().flatten()  # (B'',)
+                active, position = active[keep], position[keep]
+                cache.batch_select_indices(keep)
+                prefix.rows = active
+        # With a shared prefix every key in the cache is a sampled token (none is padding): no mask.
+        step_mask = None if prefix is not None else mask[:, :p + t + 1]
+        out = model(input_ids=nxt[active][:, None], attention_mask=step_mask, position_ids=position,
                     use_cache=True, **{cache_kwarg: cache})
+        if prefix is not None and t == 0:
+            _preallocate(cache, max_new)
         logits = out.logits[:, -1, :]
     return torch.stack(tokens, 1)  # (B, T)
+
+
+_PREFIX_ATTENTION = "crucible_shared_prefix"
+
+
+class _SharedPrefix:
+    """Decoding attention over a prompt shared by ``n`` sequences, kept once ("cascade" attention).
+
+    The ``n`` candidates of a prompt attend to the same prompt keys/values. Repeating them ``n``
+    times in the cache makes every decoding step read ``n`` copies, and decoding is bound by reading
+    the cache. Here the prompt's keys/values (``N`` rows) stay outside the cache, which holds only the
+    generated tokens (``N * n`` rows), and attention combines both halves in one softmax:
+    ``softmax([q K_prompt^T + padding bias | q K_gen^T] * scale) [V_prompt; V_gen]`` — the same
+    function as attention over the concatenation (tested against the plain loop).
+
+    Used only where this is known to be exact: float32 models whose every layer is plain full
+    attention with a plain ``DynamicLayer`` cache (no sliding window, no linear-attention state) and
+    ``n > 1``. While active (a context manager) the model's attention implementation is switched to a
+    registered function that handles single-token decoding steps and delegates anything else to the
+    original implementation.
+    """
+
+    _active: "_SharedPrefix | None" = None
+
+    def __init__(self, config: Any, keys: list[torch.Tensor], values: list[torch.Tensor], bias: torch.Tensor,
+                 n: int):
+        self.config = config
+        self.keys, self.values = keys, values  # per layer (N, H_kv, P, D)
+        self.bias = bias  # (N, 1, 1, P): 0 on prompt tokens, -inf on left padding
+        self.n = n
+        self.rows: torch.Tensor | None = None
+        """Rows (of the N * n) still decoding, when finished ones have left the batch; None: all."""
+        self._previous: Any = None
+
+    @classmethod
+    def build(cls, model: Any, cache: Any, attention_mask: torch.Tensor, n: int) -> "_SharedPrefix | None":
+        from transformers.cache_utils import DynamicLayer
+
+        config = getattr(_base_model(model), "config", None)
+        if n <= 1 or config is None or getattr(config, "is_encoder_decoder", False):
+            return None
+        if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+            return None
+        if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+            return None
+        if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+            return None
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(layer) is not DynamicLayer or not layer.is_initialized
+                             or layer.keys.dim() != 4 or layer.keys.dtype != torch.float32 for layer in layers):
+            return None
+        bias = torch.zeros(attention_mask.shape, dtype=torch.float32, device=attention_mask.device)
+        bias = bias.masked_fill(attention_mask == 0, float("-inf"))[:, None, None, :]  # (N, 1, 1, P)
+        return cls(config, [layer.keys for layer in layers], [layer.values for layer in layers], bias, n)
+
+    def __enter__(self) -> "_SharedPrefix":
+        _register_shared_prefix_attention()
+        self._previous = self.config._attn_implementation
+        self.config._attn_implementation = _PREFIX_ATTENTION
+        _SharedPrefix._active = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _SharedPrefix._active = None
+        self.config._attn_implementation = self._previous
+
+    def attend(self, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               scaling: float) -> torch.Tensor:
+        """One decoding step of layer ``module.layer_idx``.
+
+        query (B, H, 1, D); key, value: generated tokens (B, H_kv, t, D) -> output (B, 1, H, D)
+        """
+        kp, vp = self.keys[module.layer_idx], self.values[module.layer_idx]  # (N, H_kv, P, D)
+        groups, h_kv, p, d = kp.shape
+        b, h = query.shape[0], query.shape[1]  # b = B' rows still decoding
+        n, rep, full = self.n, h // h_kv, groups * self.n
+        q = query.reshape(b, h_kv, rep, d)  # query head j * rep + r reads key head j (repeat_kv)
+        rows = self.rows
+        q_all = q if rows is None else q.new_zeros(full, h_kv, rep, d).index_copy_(0, rows, q)  # (B, H_kv, rep, D)
+        q_grouped = q_all.view(groups, n, h_kv, rep, d).transpose(1, 2).reshape(groups, h_kv, n * rep, d)
+        s_prompt = torch.matmul(q_grouped, kp.transpose(-1, -2)).mul_(scaling).add_(self.bias)  # (N, H_kv, n*rep, P)
+        s_prompt = s_prompt.view(groups, h_kv, n, rep, p).transpose(1, 2).reshape(full, h_kv, rep, p)
+        if rows is not None:
+            s_prompt = s_prompt[rows]  # (B', H_kv, rep, P)
+        s_gen = torch.matmul(q, key.transpose(-1, -2)).mul_(scaling)  # (B', H_kv, rep, t)
+        w = torch.cat([s_prompt, s_gen], dim=-1).softmax(-1)  # (B', H_kv, rep, P + t)
+        w_prompt = w[..., :p]
+        if rows is not None:
+            w_prompt = w_prompt.new_zeros(full, h_kv, rep, p).index_copy_(0, rows, w_prompt)  # (B, H_kv, rep, P)
+        w_prompt = w_prompt.reshape(groups, n, h_kv, rep, p).transpose(1, 2).reshape(groups, h_kv, n * rep, p)
+        out = torch.matmul(w_prompt, vp).view(groups, h_kv, n, rep, -1).transpose(1, 2).reshape(full, h_kv, rep, -1)
+        if rows is not None:
+            out = out[rows]  # (B', H_kv, rep, D_v)
+        out = out + torch.matmul(w[..., p:], value)  # (B', H_kv, rep, D_v)
+        return out.reshape(b, h, 1, -1).transpose(1, 2)  # (B', 1, H, D_v)
+
+
+def _shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, scaling: float | None = None, **kwargs: Any
+                             ) -> tuple[torch.Tensor, None]:
+    state = _SharedPrefix._active
+    if (state is None or query.shape[2] != 1 or kwargs.get("sliding_window") is not None
+            or getattr(module, "layer_idx", None) is None or module.layer_idx >= len(state.keys)):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return state.attend(module, query, key, value, scale), None
+
+
+def _register_shared_prefix_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if _PREFIX_ATTENTION not in AttentionInterface._global_mapping:
+        AttentionInterface.register(_PREFIX_ATTENTION, _shared_prefix_attention)
+        AttentionMaskInterface.register(_PREFIX_ATTENTION, sdpa_mask)
+
+
+def _base_model(model: Any) -> Any:
+    inner = model
+    while hasattr(inner, "get_base_model") and inner is not inner.get_base_model():
+        inner = inner.get_base_model()
+    return inner
 
 
 def _preallocate(cache: Any, extra: int) -> None:
@@ -358,6 +530,11 @@ def _preallocated_layer_class() -> type:
             self._vbuf = self.values.new_empty(b, h, s + extra, self.values.shape[-1])
             self._kbuf[:, :, :s] = self.keys
             self._vbuf[:, :, :s] = self.values
+            self.keys, self.values = self._kbuf[:, :, :s], self._vbuf[:, :, :s]
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            s = self.keys.shape[-2]
+            self._kbuf, self._vbuf = self._kbuf[indices], self._vbuf[indices]
             self.keys, self.values = self._kbuf[:, :, :s], self._vbuf[:, :, :s]
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,

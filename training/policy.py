@@ -7,7 +7,12 @@ weights is kept as the reference: twice the weight memory, which is the price of
 with a KL anchor (set ``ppo.kl_coef: 0`` to skip the copy).
 
 ``sequence_logprobs`` is the one forward pass used for old, reference and new log-probabilities, so
-they are computed identically and the PPO ratio is exactly 1 where the policy has not moved.
+they are computed identically and the PPO ratio is exactly 1 where the policy has not moved. Where the
+model allows it the trainer uses ``shared_prompt_logprobs`` instead, for all three alike: each distinct
+prompt of a micro-batch runs once and its candidates continue from its KV cache, short completions
+packed into shared rows. Under ``fused_lora`` (float32) each adapted linear layer computes with
+``W + scaling * B @ A`` in one matmul. Both give the same log-probabilities and gradients up to float
+rounding (tests/training/test_policy.py).
 """
 
 from __future__ import annotations
@@ -84,6 +89,73 @@ def generation_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         if merge:
             peft_model.unmerge_adapter()
         model.train(was_training)
+
+
+@contextlib.contextmanager
+def fused_lora(model: torch.nn.Module) -> Iterator[int]:
+    """Training forward of float32 LoRA linears as one matmul with ``W + scaling * B @ A``.
+
+    PEFT computes ``x W^T + scaling * (x A^T) B^T``: two extra thin matmuls, a scale and an add over
+    the activations in the forward and twice that in the backward, memory-bound work that costs more
+    than the base matmul on CPU. The reparametrised forward is the same function of ``x``, ``A`` and
+    ``B`` (autograd gives ``dA = scaling B^T dW``, ``dB = scaling dW A^T`` with ``dW = G^T x``: the
+    same gradients up to float rounding, tested), with one well-shaped weight-gradient matmul
+    instead. Applies only where it is exact enough and cheap: a plain ``nn.Linear`` base layer with
+    one active vanilla adapter (no DoRA / LoRA bias / fan_in_fan_out), no dropout, float32 weights
+    (in bfloat16 the small ``B @ A`` would be rounded away), and re-checked at every call, so that
+    ``disable_adapter()`` (the reference policy) inside the context still runs the base layer.
+    Yields the number of layers patched; restores PEFT's forward on exit.
+    """
+    patched = []
+    try:
+        from peft.tuners.lora.layer import Linear as LoraLinear
+    except ImportError:  # no peft: nothing to fuse
+        yield 0
+        return
+    for module in _unwrap(model).modules():
+        if type(module) is LoraLinear and "forward" not in module.__dict__ and _fusable(module):
+            module.forward = _FusedForward(module)
+            patched.append(module)
+    try:
+        yield len(patched)
+    finally:
+        for module in patched:
+            del module.forward
+
+
+def _fusable(module: Any) -> bool:
+    """Static conditions of ``fused_lora`` for one PEFT LoRA ``Linear`` (see there)."""
+    base = module.base_layer
+    if type(base) is not torch.nn.Linear or getattr(module, "fan_in_fan_out", False):
+        return False
+    if base.weight.dtype != torch.float32:
+        return False
+    for name in module.lora_A:
+        dropout = module.lora_dropout[name]
+        if not (isinstance(dropout, torch.nn.Identity) or (isinstance(dropout, torch.nn.Dropout) and dropout.p == 0)):
+            return False
+        if name in getattr(module, "lora_variant", {}) or getattr(module, "lora_bias", {}).get(name, False):
+            return False
+        if module.lora_A[name].weight.dtype != torch.float32 or module.lora_B[name].weight.dtype != torch.float32:
+            return False
+    return True
+
+
+class _FusedForward:
+    """``fused_lora``'s forward of one layer; anything unusual goes to PEFT's own forward."""
+
+    def __init__(self, module: Any):
+        self.module = module
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        m = self.module
+        active = [a for a in m.active_adapters if a in m.lora_A]
+        if args or kwargs or m.merged or m.disable_adapters or len(active) != 1 or x.dtype != torch.float32:
+            return type(m).forward(m, x, *args, **kwargs)
+        a = active[0]
+        base = m.base_layer
+        weight = torch.addmm(base.weight, m.lora_B[a].weight, m.lora_A[a].weight, alpha=m.scaling[a])  # (out, in)
+        return torch.nn.functional.linear(x, weight, base.bias)
 
 
 def torch_dtype(name: str) -> torch.dtype | str:
@@ -212,6 +284,165 @@ def sequence_logprobs(
     logprobs = selective_logprobs(logits, targets)  # (B, C)
     entropy = entropy_from_logits(logits) if with_entropy else None  # (B, C)
     return logprobs, entropy
+
+
+def shared_prompt_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    group_index: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    pack: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``sequence_logprobs`` for sequences that share prompts: each distinct prompt runs once.
+
+    GRPO samples K completions per prompt, so a micro-batch holds few distinct prompts. The prompts
+    (``G`` rows) go through the model once with a KV cache; the cache rows are then gathered for the
+    ``B`` sequences (``group_index``: the prompt row of each sequence, a differentiable index, so the
+    gradient of every candidate flows back into its prompt's forward) and the completions run on top
+    of it. Same log-probabilities as the per-sequence forward up to float rounding (tested), for
+    ``1 + C / P`` times fewer prompt tokens. Needs a model whose forward takes a KV cache
+    (``shared_prompts_supported``).
+
+    With ``pack`` (when it saves at least a tenth of the rows), short completions of the same prompt
+    share a row of the completion forward: ``[prompt | completion a | completion b]`` with a block
+    mask (``b`` sees the prompt and itself, never ``a``) and positions restarting after the prompt, so
+    that padding up to the longest completion is not computed. Each completion still sees exactly
+    its own prompt and its own earlier tokens: the same log-probabilities (tested).
+
+    prompt_ids, prompt_mask: (G, P) left-padded; group_index: (B,) in [0, G);
+    completion_ids, completion_mask: (B, C) right-padded -> logprobs (B, C), entropy (B, C) or None
+    """
+    from transformers import DynamicCache
+
+    from training.generation import _cache_kwarg
+
+    inner = _unwrap(model)
+    cache_kwarg = _cache_kwarg(inner)
+    prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)  # (G, P)
+    cache = DynamicCache(config=inner.config)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos, use_cache=True,
+                logits_to_keep=1, **{cache_kwarg: cache})
+    first = out.logits[:, -1:, :][group_index]  # (B, 1, V): the last prompt position predicts token 0
+    c = completion_ids.shape[1]
+    plan = _pack_plan(completion_mask, group_index, c - 1) if pack and c > 1 else None
+    if plan is not None:
+        _, row_group, src, positions, seg, gather = plan
+        inputs = completion_ids.reshape(-1)[src.clamp(min=0)]  # (R, C - 1); padding feeds any token
+        cache.batch_select_indices(row_group)  # (G, ...) -> (R, ...) rows, differentiable
+        start = prompt_mask.long().sum(-1)[row_group]  # (R,)
+        q = inputs.shape[1]
+        causal = torch.ones(q, q, dtype=torch.bool, device=seg.device).tril()  # (Q, Q)
+        same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] >= 0) & causal  # (R, Q, Q)
+        allowed = torch.cat([prompt_mask[row_group].bool()[:, None, :].expand(-1, q, -1), same], dim=-1)
+        dtype = first.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=seg.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min)[:, None]  # (R, 1, Q, P + Q) additive
+        rest = model(input_ids=inputs, attention_mask=mask, position_ids=start[:, None] + positions,
+                     use_cache=True, **{cache_kwarg: cache}).logits  # (R, Q, V)
+        rest = rest.reshape(-1, rest.shape[-1])[gather]  # (B, C - 1, V)
+        logits = torch.cat([first, rest], dim=1)  # (B, C, V)
+    elif c > 1:
+        cache.batch_select_indices(group_index)  # (G, ...) -> (B, ...) rows, differentiable
+        inputs = completion_ids[:, :-1]  # (B, C - 1): token t predicts token t + 1
+        mask = torch.cat([prompt_mask[group_index], completion_mask[:, :-1].to(prompt_mask.dtype)], dim=1)
+        start = prompt_mask.long().sum(-1)[group_index]  # (B,) first completion position
+        positions = start[:, None] + torch.arange(c - 1, device=start.device)[None, :]  # (B, C - 1)
+        rest = model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
+                     **{cache_kwarg: cache}).logits  # (B, C - 1, V)
+        logits = torch.cat([first, rest], dim=1)  # (B, C, V)
+    else:
+        logits = first
+    del cache, out
+    if temperature and temperature != 1.0:
+        logits = logits / temperature
+    logprobs = selective_logprobs(logits, completion_ids)  # (B, C)
+    entropy = entropy_from_logits(logits) if with_entropy else None  # (B, C)
+    return logprobs, entropy
+
+
+def _pack_plan(completion_mask: torch.Tensor, group_index: torch.Tensor, width: int
+               ) -> tuple[list, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Rows of at most ``width`` input tokens, each holding completions of one prompt (first-fit
+    decreasing per prompt). A completion of length L feeds its first L - 1 tokens (its last token is
+    predicted, never fed). None when packing would save less than a tenth of the rows.
+
+    -> rows [[(b, offset), ...], ...], row_group (R,), source (R, W) (flat index into the (B, W + 1)
+    completion ids of each fed token, -1 on padding), local positions (R, W), segment id (R, W) (the
+    sequence b, -1 on padding), gather index (B, W) into the flattened (R * W) positions
+    """
+    lengths = completion_mask.sum(-1).tolist()  # (B,)
+    groups = group_index.tolist()
+    order = sorted(range(len(lengths)), key=lambda b: (groups[b], -lengths[b]))
+    rows: list[list[tuple[int, int]]] = []
+    room: list[int] = []
+    row_of_group: dict[int, list[int]] = {}
+    for b in order:
+        need = max(int(lengths[b]) - 1, 0)
+        target = next((r for r in row_of_group.get(groups[b], []) if room[r] >= need), None)
+        if target is None:
+            target = len(rows)
+            rows.append([])
+            room.append(width)
+            row_of_group.setdefault(groups[b], []).append(target)
+        rows[target].append((b, width - room[target]))
+        room[target] -= need
+    if len(rows) > 0.9 * len(lengths):
+        return None
+    return rows, *_pack_tensors(rows, lengths, groups, width, completion_mask.device)
+
+
+def _pack_tensors(rows: list, lengths: list, groups: list, width: int, device: torch.device
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    r = len(rows)
+    row_group = torch.tensor([groups[row[0][0]] for row in rows], dtype=torch.long)  # (R,)
+    src = torch.full((r, width), -1, dtype=torch.long)  # (R, W) flat index b * width + t of the fed token
+    positions = torch.zeros(r, width, dtype=torch.long)  # (R, W)
+    seg = torch.full((r, width), -1, dtype=torch.long)  # (R, W)
+    gather = torch.zeros(len(lengths), width, dtype=torch.long)  # (B, W)
+    ar = torch.arange(width)
+    for i, row in enumerate(rows):
+        for b, offset in row:
+            n = max(int(lengths[b]) - 1, 0)
+            if n:
+                src[i, offset:offset + n] = b * (width + 1) + ar[:n]
+                positions[i, offset:offset + n] = ar[:n]
+                seg[i, offset:offset + n] = b
+            gather[b] = i * width + offset + ar.clamp(max=max(n - 1, 0))
+    return row_group.to(device), src.to(device), positions.to(device), seg.to(device), gather.to(device)
+
+
+def shared_prompts_supported(model: torch.nn.Module) -> bool:
+    """Whether ``shared_prompt_logprobs`` can run on ``model``: a single-process model (a DDP/FSDP
+    wrapper expects one forward per backward) whose forward takes a KV cache, no activation
+    checkpointing (Hugging Face turns the cache off under it), and only full-attention layers (a
+    sliding window or a linear-attention / recurrent layer would not honour the block mask of packed
+    rows, nor keep a plain per-token cache)."""
+    from training.generation import _cache_kwarg
+
+    inner = _unwrap(model)
+    if inner is not model and not hasattr(model, "disable_adapter"):
+        return False  # wrapped (DDP / FSDP)
+    if any(getattr(m, "gradient_checkpointing", False) is True for m in inner.modules()):
+        return False
+    config = getattr(_base(inner), "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False):
+        return False
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return False
+    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+        return False
+    return _cache_kwarg(inner) is not None
+
+
+def _base(model: torch.nn.Module) -> torch.nn.Module:
+    while hasattr(model, "get_base_model") and model is not model.get_base_model():
+        model = model.get_base_model()
+    return model
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:

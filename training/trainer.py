@@ -6,7 +6,9 @@ Per step (reads top to bottom in ``Trainer.run_step``):
 2. one batched ``generate`` of ``candidates_per_problem`` completions each, submitted to the sandbox
    as soon as decoded;
 3. while the sandbox runs: reference logprobs (adapters disabled) and, when the batch is reused
-   (several epochs or minibatches), the old-policy logprobs, with the same forward as the update;
+   (several epochs or minibatches), the old-policy logprobs, with the same forward as the update
+   (each distinct prompt once per micro-batch, short completions packed, LoRA fused where exact:
+   see policy.py; micro-batches keep a prompt's candidates together);
 4. rewards -> group advantages (zero-variance groups counted, optionally dropped) -> clipped;
 5. PPO epochs over minibatches (``minibatch_size`` candidates per optimizer step), each split into
    micro-batches for gradient accumulation with global normalisers (the result does not depend on
@@ -46,7 +48,8 @@ from training.advantages import compute_advantages, zero_variance_groups
 from training.config import RunConfig, config_to_dict
 from training.events import EventWriter
 from training.losses import ppo_loss
-from training.policy import generation_mode, load_policy, sequence_logprobs
+from training.policy import (fused_lora, generation_mode, load_policy, sequence_logprobs, shared_prompt_logprobs,
+                             shared_prompts_supported)
 from training.rewards import DIMENSIONS
 from training.rollout import Rollout, pick_problems, start_rollout
 
@@ -142,6 +145,8 @@ class Trainer:
         self._own_runner = runner is None
         self._pool: ThreadPoolExecutor | None = None
         self._checkpointed: set[int] = set()
+        self.shared_prompts = False
+        """Log-prob passes run each distinct prompt once (``shared_prompt_logprobs``); set in ``run``."""
 
     # ------------------------------------------------------------------------------------------ run
 
@@ -154,6 +159,7 @@ class Trainer:
                 self.start_step = self.resumed_from = state.step
                 self._checkpointed.add(state.step)
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
+        self.shared_prompts = shared_prompts_supported(self.model)
         extra = {"resumed_from": self.resumed_from} if self.resumed_from is not None else {}
         self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, **extra)
         if self.runner is None:
@@ -259,13 +265,28 @@ class Trainer:
         ctx = self.policy.reference(self.model) if reference else contextlib.nullcontext(self.model)
         n, c = tensors["completion_mask"].shape
         out = torch.zeros(n, c, device=tensors["input_ids"].device)  # (N, C)
-        with ctx as model:
-            for start in range(0, n, mb):
-                idx = torch.arange(start, min(start + mb, n), device=out.device)
-                ids, mask, _, width = _micro_batch(tensors, idx)
-                logp, _ = sequence_logprobs(model, ids, mask, width, temperature=_temperature(cfg))
+        micro = _micro_batches(tensors, torch.arange(n, device=out.device), mb, self.shared_prompts)
+        with ctx as model, fused_lora(model):
+            for idx in micro:
+                logp, _, _, width = self._micro_logprobs(model, tensors, idx)
                 out[idx, :width] = logp
         return out
+
+    def _micro_logprobs(self, model: torch.nn.Module, tensors: dict, idx: torch.Tensor, with_entropy: bool = False
+                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, int]:
+        """Log-probs (and entropy) of the rows ``idx``, each distinct prompt run once when the model
+        allows it (``shared_prompt_logprobs``), else one full sequence per row.
+        -> logprobs (b, C'), entropy (b, C') or None, completion_mask (b, C'), C'"""
+        temperature = _temperature(self.config)
+        if self.shared_prompts:
+            prompt_ids, prompt_mask, group, comp_ids, cmask, width = _shared_micro_batch(tensors, idx)
+            logp, entropy = shared_prompt_logprobs(model, prompt_ids, prompt_mask, group, comp_ids, cmask,
+                                                   temperature=temperature, with_entropy=with_entropy)
+        else:
+            ids, mask, cmask, width = _micro_batch(tensors, idx)
+            logp, entropy = sequence_logprobs(model, ids, mask, width, temperature=temperature,
+                                              with_entropy=with_entropy)
+        return logp, entropy, cmask, width
 
     def _update(self, tensors: dict, advantages: torch.Tensor, keep: torch.Tensor,
                 old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None, kl_coef: float,
@@ -279,6 +300,19 @@ class Trainer:
         mb_size = min(cfg.minibatch_size or n, n)
         gen = torch.Generator().manual_seed(_step_seed(self.config.train.seed, step, acc.process_index))
         params = [p for p in self.model.parameters() if p.requires_grad]
+        with fused_lora(self.model):
+            sums, updates, ent_sum, ent_tokens = self._epochs(
+                tensors, advantages, index, old_logprobs, ref_logprobs, kl_coef, mb_size, gen, params)
+        out = {key: value / updates for key, value in sums.items()}
+        out["entropy"] = ent_sum / max(ent_tokens, 1.0)
+        return out
+
+    def _epochs(self, tensors: dict, advantages: torch.Tensor, index: torch.Tensor,
+                old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None, kl_coef: float, mb_size: int,
+                gen: torch.Generator, params: list) -> tuple[dict[str, float], int, float, float]:
+        """The optimizer steps of ``_update``: PPO epochs x minibatches x micro-batches."""
+        cfg, acc = self.config.ppo, self.accelerator
+        n = index.numel()
         sums: dict[str, float] = defaultdict(float)
         updates = 0
         ent_sum, ent_tokens = 0.0, 0.0
@@ -288,13 +322,12 @@ class Trainer:
             for start in range(0, n, mb_size):
                 mb = order[start:start + mb_size]  # (M,)
                 num_tokens = completion_mask[mb].sum().clamp(min=1).float()
-                micro = [mb[i:i + cfg.micro_batch_size] for i in range(0, mb.numel(), cfg.micro_batch_size)]
+                micro = _micro_batches(tensors, mb, cfg.micro_batch_size, self.shared_prompts)
                 for j, idx in enumerate(micro):
-                    ids, mask, cmask, width = _micro_batch(tensors, idx)
                     sync = acc.no_sync(self.model) if j < len(micro) - 1 else contextlib.nullcontext()
                     with sync:
-                        logp, entropy = sequence_logprobs(self.model, ids, mask, width, temperature=_temperature(self.config),
-                                                          with_entropy=epoch == 0)  # (b, C)
+                        logp, entropy, cmask, width = self._micro_logprobs(
+                            self.model, tensors, idx, with_entropy=epoch == 0)  # (b, C')
                         old = logp.detach() if old_logprobs is None else old_logprobs[idx, :width]
                         ref = None if ref_logprobs is None else ref_logprobs[idx, :width]
                         loss, metrics = ppo_loss(
@@ -313,9 +346,7 @@ class Trainer:
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 updates += 1
-        out = {key: value / updates for key, value in sums.items()}
-        out["entropy"] = ent_sum / max(ent_tokens, 1.0)
-        return out
+        return sums, updates, ent_sum, ent_tokens
 
     # ---------------------------------------------------------------------------- eval / checkpoint
 
@@ -417,6 +448,61 @@ def _micro_batch(tensors: dict, idx: torch.Tensor) -> tuple[torch.Tensor, torch.
     first = int((mask[:, :p].sum(0) > 0).nonzero().min().item()) if p else 0
     end = p + width
     return ids[:, first:end], mask[:, first:end], cmask[:, :width], width
+
+
+def _micro_batches(tensors: dict, rows: torch.Tensor, size: int, shared_prompts: bool) -> list[torch.Tensor]:
+    """``rows`` split into micro-batches of at most ``size``, ordered to compute little padding.
+
+    Each micro-batch is trimmed to its longest completion (and longest prompt). With
+    ``shared_prompts`` the rows stay with the other candidates of their prompt (groups sorted by their
+    longest completion): each prompt then runs once per micro-batch and its short completions are
+    packed into shared rows (``shared_prompt_logprobs``). Otherwise the cheaper of that order and
+    rows sorted by completion length (estimated token positions) wins. Which rows share a micro-batch
+    never changes a minibatch's result (global normalisers). rows: (n,) -> [(b,), ...]
+    """
+    if rows.numel() <= size:
+        return [rows]
+    lengths = tensors["completion_mask"][rows].sum(-1)  # (n,)
+    prompt_lengths = tensors["attention_mask"][rows, :int(tensors["prompt_length"])].sum(-1)  # (n,)
+    groups = tensors["prompt_index"][rows]  # (n,)
+    group_max = torch.zeros(int(groups.max()) + 1, dtype=lengths.dtype, device=lengths.device).scatter_reduce(
+        0, groups, lengths, reduce="amax")  # (G,)
+    by_group = torch.argsort(group_max[groups] * (groups.numel() + 1) + groups, stable=True)  # (n,)
+    if shared_prompts:
+        return [rows[by_group[i:i + size]] for i in range(0, rows.numel(), size)]
+    by_length = torch.sort(lengths, stable=True).indices  # (n,)
+
+    def split(order: torch.Tensor) -> tuple[int, list[torch.Tensor]]:
+        cost, out = 0, []
+        for start in range(0, order.numel(), size):
+            part = order[start:start + size]
+            b, width, p = part.numel(), int(lengths[part].max()), int(prompt_lengths[part].max())
+            cost += b * (p + width)
+            out.append(rows[part])
+        return cost, out
+
+    return min(split(by_group), split(by_length), key=lambda c: c[0])[1]
+
+
+def _shared_micro_batch(tensors: dict, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                    torch.Tensor, torch.Tensor, int]:
+    """Rows ``idx`` split for ``shared_prompt_logprobs``: their distinct prompts once each (left padding
+    they all share removed), the prompt row of every sequence, and the completions trimmed to the
+    longest. -> prompt_ids (G, P'), prompt_mask (G, P'), group_index (b,), completion_ids (b, C'),
+    completion_mask (b, C'), C'"""
+    p = int(tensors["prompt_length"])
+    cmask = tensors["completion_mask"][idx]  # (b, C)
+    width = max(1, int(cmask.sum(-1).max().item()))
+    _, group = torch.unique(tensors["prompt_index"][idx], return_inverse=True)  # (b,) in [0, G)
+    g = int(group.max().item()) + 1
+    rows = torch.arange(idx.numel(), device=idx.device)  # (b,)
+    first = torch.full((g,), idx.numel(), dtype=torch.long, device=idx.device).scatter_reduce(
+        0, group, rows, reduce="amin")  # (G,) first row of each prompt
+    prompt_ids = tensors["input_ids"][idx[first], :p]  # (G, P)
+    prompt_mask = tensors["attention_mask"][idx[first], :p]  # (G, P)
+    start = int((prompt_mask.sum(0) > 0).nonzero().min().item()) if p else 0
+    completion_ids = tensors["input_ids"][idx, p:p + width]  # (b, C')
+    return prompt_ids[:, start:], prompt_mask[:, start:], group, completion_ids, cmask[:, :width], width
 
 
 def _rollout_metrics(rollout: Rollout, zero_var: torch.Tensor) -> dict[str, float]:

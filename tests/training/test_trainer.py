@@ -85,17 +85,41 @@ def test_one_step_changes_only_the_lora_parameters(tmp_path, tiny_model_dir, tra
     assert any("lora_B" in k for k in changed)
 
 
+def _record_gradients(trainer):
+    """Clone the LoRA gradients the optimizer is about to apply, at every optimizer step."""
+    recorded = []
+    optimizer = trainer.optimizer
+    step = optimizer.step
+    named = [(k, p) for k, p in trainer.policy.model.named_parameters() if p.requires_grad]
+
+    def recording_step(*args, **kwargs):
+        recorded.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
+        return step(*args, **kwargs)
+
+    optimizer.step = recording_step
+    return recorded
+
+
 def test_micro_batch_size_never_changes_the_result(tmp_path, tiny_model_dir, train_problems_file, runner):
-    states = []
+    # The property: a minibatch's accumulated gradient does not depend on how it is split into
+    # micro-batches (global normalisers), whatever the grouping of prompts and packing of completions
+    # per micro-batch. Compared where it is defined, at the first optimizer step (same weights, same
+    # minibatch); later steps start from weights that Adam's first step moved by ~lr * sign(g), which
+    # amplifies float rounding (~1e-7) in near-zero gradient entries, so they are not compared.
+    grads = []
     for micro in (8, 3):
         cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1},
                               ppo={"micro_batch_size": micro, "minibatch_size": 4, "epochs_per_batch": 2})
         trainer = _trainer(cfg, tmp_path / f"run-{micro}", runner)
+        recorded = _record_gradients(trainer)
         trainer.run()
-        states.append(_lora_state(trainer.policy.model))
-    assert states[0].keys() == states[1].keys()
-    for key in states[0]:
-        assert torch.allclose(states[0][key], states[1][key], atol=1e-5), key
+        assert len(recorded) == 4  # 8 candidates / minibatch 4 x 2 epochs
+        grads.append(recorded[0])
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    assert any(g.abs().max() > 0 for g in grads[0].values())  # a real gradient, not all zeros
+    for key, g in grads[0].items():
+        err = (g - grads[1][key]).abs().max().item()
+        assert err <= 1e-4 * g.abs().max().item() + 1e-9, (key, err)
 
 
 def _watch_and(action, events_path: Path, after_steps: int):

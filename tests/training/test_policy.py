@@ -1,0 +1,216 @@
+"""Fast log-prob paths of the trainer against the plain ones they replace: prompts shared across a
+group (with and without packing short completions), the fused LoRA forward, the skipped old-policy
+pass, and the decoding loop's shared-prefix attention and batch compaction."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from training.config import DEFAULT_COMPLETION_STOP, LoraConfig, ModelConfig, SamplingConfig
+from training.generation import generate
+from training.policy import (fused_lora, load_policy, sequence_logprobs, shared_prompt_logprobs,
+                             shared_prompts_supported)
+
+PROMPTS = ["def add(a, b):\n", "def is_even(n):\n    \"\"\"Return True when n is even.\"\"\"\n", "x = ["]
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    pol = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
+    torch.manual_seed(0)
+    for name, p in pol.model.named_parameters():
+        if "lora_B" in name:  # a LoRA that has moved away from its zero init, so adapters matter
+            torch.nn.init.normal_(p, std=0.05)
+    return pol
+
+
+def _batch(policy, stop=(), n=4, max_new_tokens=12):
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, stop=tuple(stop))
+    batch = generate(policy.model, policy.tokenizer, PROMPTS, sampling, num_return_sequences=n, generator_seed=5)
+    return batch, batch.padded(policy.tokenizer.pad_token_id)
+
+
+def _handmade(policy, lengths=(16, 3, 5, 9, 1, 12, 2, 7)):
+    """Every prompt with completions of the given lengths (random tokens): short ones to pack."""
+    from training.generation import GenerationBatch
+
+    tok = policy.tokenizer
+    g = torch.Generator().manual_seed(0)
+    batch = GenerationBatch([], [], [], [], [], [], prompts=list(PROMPTS))
+    for k, prompt in enumerate(PROMPTS):
+        for n in lengths:
+            batch.prompt_ids.append(tok(prompt)["input_ids"])
+            batch.completion_ids.append(torch.randint(0, len(tok), (n,), generator=g).tolist())
+            batch.texts.append("")
+            batch.prompt_index.append(k)
+            batch.finish_reasons.append("length")
+            batch.generated_tokens.append(n)
+    return batch.padded(tok.pad_token_id)
+
+
+def _shared_inputs(t):
+    """The trainer's split of a padded batch: distinct prompts once, the prompt row of every sequence."""
+    from training.trainer import _shared_micro_batch
+
+    return _shared_micro_batch(t, torch.arange(t["input_ids"].shape[0]))
+
+
+def _grads(model):
+    return {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def _assert_grads_close(a, b, rel=1e-4):
+    assert a.keys() == b.keys() and a
+    for key in a:
+        err = (a[key] - b[key]).abs().max().item()
+        assert err <= rel * a[key].abs().max().item() + 1e-9, (key, err)
+
+
+def test_the_policy_supports_shared_prompts(policy):
+    assert shared_prompts_supported(policy.model)
+
+
+def test_shared_prompts_are_refused_where_packing_or_the_cache_would_be_wrong(tiny_model_dir):
+    from training.policy import enable_gradient_checkpointing
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert shared_prompts_supported(model)
+    n = model.config.num_hidden_layers
+    model.config.layer_types = ["full_attention"] * (n - 1) + ["linear_attention"]  # a hybrid model
+    assert not shared_prompts_supported(model)
+    model.config.layer_types = ["full_attention"] * n
+    enable_gradient_checkpointing(model)
+    assert not shared_prompts_supported(model)
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["rows", "packed"])
+def test_shared_prompt_logprobs_and_gradients_equal_the_per_sequence_ones(policy, pack):
+    t = _handmade(policy)  # completions of very different lengths, so packing has short ones to combine
+    cmask = t["completion_mask"]
+    width = cmask.shape[1]
+    lengths = cmask.sum(-1)
+    if pack:
+        from training.policy import _pack_plan
+
+        prompt_ids, prompt_mask, group, comp_ids, cm, _ = _shared_inputs(t)
+        plan = _pack_plan(cm, group, width - 1)
+        assert plan is not None and len(plan[0]) < len(lengths), "the test batch must actually get packed"
+    model = policy.model
+    model.zero_grad(set_to_none=True)
+    ref, ref_ent = sequence_logprobs(model, t["input_ids"], t["attention_mask"], width, with_entropy=True)
+    (ref * cmask).sum().backward()
+    ref_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    prompt_ids, prompt_mask, group, comp_ids, cm, _ = _shared_inputs(t)
+    assert prompt_ids.shape[0] == len(PROMPTS)  # each distinct prompt once
+    got, got_ent = shared_prompt_logprobs(model, prompt_ids, prompt_mask, group, comp_ids, cm, with_entropy=True,
+                                          pack=pack)
+    (got * cm).sum().backward()
+    got_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    m = cmask.bool()
+    assert torch.allclose(got[m], ref[m], atol=1e-5)
+    assert torch.allclose(got_ent[m], ref_ent[m], atol=1e-5)
+    _assert_grads_close(ref_grads, got_grads)
+
+
+def test_shared_prompt_logprobs_follow_the_temperature(policy):
+    _, t = _batch(policy)
+    width = t["completion_mask"].shape[1]
+    m = t["completion_mask"].bool()
+    with torch.no_grad():
+        ref, _ = sequence_logprobs(policy.model, t["input_ids"], t["attention_mask"], width, temperature=0.7)
+        got, _ = shared_prompt_logprobs(policy.model, *_shared_inputs(t)[:5], temperature=0.7)
+    assert torch.allclose(got[m], ref[m], atol=1e-5)
+
+
+def test_fused_lora_gives_peft_logprobs_and_gradients_and_is_undone(policy):
+    _, t = _batch(policy)
+    model = policy.model
+    width = t["completion_mask"].shape[1]
+    m = t["completion_mask"].bool()
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        logp, _ = sequence_logprobs(model, t["input_ids"], t["attention_mask"], width)
+        (logp * t["completion_mask"]).sum().backward()
+        return logp.detach(), _grads(model)
+
+    plain, plain_grads = run()
+    with fused_lora(model) as patched:
+        assert patched > 0
+        fused, fused_grads = run()
+        with torch.no_grad(), policy.reference() as ref_model:  # adapters disabled inside the context
+            ref_fused, _ = sequence_logprobs(ref_model, t["input_ids"], t["attention_mask"], width)
+    model.zero_grad(set_to_none=True)
+    assert not any("forward" in mod.__dict__ for mod in model.modules())  # PEFT's forward is back
+    with torch.no_grad(), policy.reference() as ref_model:
+        ref_plain, _ = sequence_logprobs(ref_model, t["input_ids"], t["attention_mask"], width)
+    assert torch.allclose(fused[m], plain[m], atol=1e-5)
+    assert torch.allclose(ref_fused[m], ref_plain[m], atol=1e-6)
+    assert not torch.allclose(ref_plain[m], plain[m], atol=1e-3)  # the adapters really change the policy
+    _assert_grads_close(plain_grads, fused_grads)
+
+
+def test_fused_lora_leaves_half_precision_layers_alone(tiny_model_dir):
+    pol = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16",
+                                  lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
+    with fused_lora(pol.model) as patched:
+        assert patched == 0
+
+
+def test_skipping_the_old_logprob_pass_gives_the_same_update(tmp_path, tiny_model_dir, train_problems_file, runner):
+    # One epoch, one minibatch: the trainer takes old = logp.detach() instead of a separate no-grad
+    # pass. Two identical trainers, one given the explicit old log-probs: same gradient, same loss.
+    from tests.training.conftest import tiny_run_config
+    from tests.training.test_trainer import _record_gradients, _trainer
+
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1}, ppo={"micro_batch_size": 3})
+    trainers, grads = [], []
+    for name in ("implicit", "explicit"):
+        trainer = _trainer(cfg, tmp_path / name, runner)
+        trainer.model, trainer.optimizer = trainer.accelerator.prepare(trainer.policy.model, trainer.optimizer)
+        trainer.shared_prompts = shared_prompts_supported(trainer.model)
+        torch.manual_seed(0)
+        for key, p in trainer.policy.model.named_parameters():
+            if "lora_B" in key:
+                torch.nn.init.normal_(p, std=0.05)
+        trainers.append(trainer)
+        grads.append(_record_gradients(trainer))
+    _, t = _batch(trainers[0].policy, n=4)
+    n = t["input_ids"].shape[0]
+    advantages = torch.linspace(-1.0, 1.0, n)
+    keep = torch.ones(n, dtype=torch.bool)
+    ref = trainers[0]._logprobs(t, reference=True)
+    old = trainers[0]._logprobs(t)  # the explicit old-policy pass, before either update
+    implicit = trainers[0]._update(t, advantages, keep, None, ref, 0.04, step=1)
+    explicit = trainers[1]._update(t, advantages, keep, old, ref, 0.04, step=1)
+    assert len(grads[0]) == len(grads[1]) == 1
+    _assert_grads_close(grads[0][0], grads[1][0])
+    for key in ("loss/policy", "loss/kl", "kl", "approx_kl", "clip_frac", "entropy"):
+        assert implicit[key] == pytest.approx(explicit[key], rel=1e-4, abs=1e-6), key
+    assert implicit["clip_frac"] == 0.0 and explicit["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_shared_prefix_decoding_draws_what_the_plain_loop_draws(tiny_model_dir, monkeypatch):
+    import training.generation as generation
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sampling = SamplingConfig(max_new_tokens=96, stop=DEFAULT_COMPLETION_STOP, temperature=1.0, top_p=0.95)
+    rows_seen = []
+    attend = generation._SharedPrefix.attend
+
+    def spy(self, module, query, *args, **kwargs):
+        rows_seen.append(query.shape[0])
+        return attend(self, module, query, *args, **kwargs)
+
+    monkeypatch.setattr(generation._SharedPrefix, "attend", spy)
+    fast = generate(model, tok, PROMPTS, sampling, num_return_sequences=8, generator_seed=11)
+    assert rows_seen and max(rows_seen) == 24
+    assert min(rows_seen) < 24, "some rows finished early and left the batch"
+    monkeypatch.setattr(generation._SharedPrefix, "build", classmethod(lambda cls, *a: None))
+    plain = generate(model, tok, PROMPTS, sampling, num_return_sequences=8, generator_seed=11)
+    assert fast.completion_ids == plain.completion_ids
+    assert fast.finish_reasons == plain.finish_reasons
+    assert fast.texts == plain.texts
