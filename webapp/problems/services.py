@@ -182,7 +182,7 @@ def check_problems(problems: list) -> list[ProblemCheck]:
     backend = getattr(settings, "SANDBOX_BACKEND", None) or os.environ.get("CRUCIBLE_SANDBOX_BACKEND", "process")
     workers = getattr(settings, "SANDBOX_WORKERS", None) or max(1, min(4, os.cpu_count() or 1))
     # Cold: a fresh sandbox per execution. Validation is the set's trust anchor, not a throughput
-    # path (the 105 demo problems take ~7 s on 2 workers), so it takes the most independent mode.
+    # path (the 194 demo problems take seconds on 2 workers), so it takes the most independent mode.
     mode = getattr(settings, "SANDBOX_VALIDATION_MODE", "cold")
     candidates, slots = [], []
     for p in problems:
