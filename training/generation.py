@@ -233,8 +233,8 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
         with rng:
             if generator_seed is not None:
                 torch.manual_seed(generator_seed)
-            sequences = _sample(model, input_ids, attention_mask, num_return_sequences, sampling, eos_ids,
-                                pad_id, _StopOnStrings(tokenizer, stops, 0) if stops else None, cache_kwarg)
+            sequences = _sample(_forward_model(model), input_ids, attention_mask, num_return_sequences, sampling,
+                                eos_ids, pad_id, _StopOnStrings(tokenizer, stops, 0) if stops else None, cache_kwarg)
         return _batch(sequences.tolist(), encoded, prompts, num_return_sequences, tokenizer, stops, eos_ids, pad_id)
 
     # Fallback (a model whose forward takes no KV cache argument): Hugging Face generate.
@@ -262,6 +262,17 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
     sequences = out.sequences if hasattr(out, "sequences") else out  # (N * n, P + T)
     return _batch(sequences[:, p_len:].tolist(), encoded, prompts, num_return_sequences, tokenizer, stops,
                   eos_ids, pad_id)
+
+
+def _forward_model(model: Any) -> Any:
+    """The module whose forward the decoding loop calls: the inner transformers model of a LoRA
+    ``PeftModel`` (its wrapper forward only hands the arguments through, Python overhead on every
+    decoding step), the model itself otherwise (prompt-learning adapters change the inputs)."""
+    config = getattr(model, "active_peft_config", None)
+    if config is None or getattr(config, "is_prompt_learning", True) or getattr(model, "modules_to_save", None):
+        return model
+    inner = _base_model(model)
+    return inner if isinstance(inner, torch.nn.Module) else model
 
 
 def _cache_kwarg(model: Any) -> str | None:

@@ -152,6 +152,50 @@ def test_fused_lora_gives_peft_logprobs_and_gradients_and_is_undone(policy):
     _assert_grads_close(plain_grads, fused_grads)
 
 
+def test_fused_lora_linear_gives_the_autograd_gradients_of_the_merged_weight():
+    from training.policy import _FusedLoraLinear
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, 12, generator=gen, requires_grad=True)  # (B, T, in)
+    weight, bias = torch.randn(10, 12, generator=gen), torch.randn(10, generator=gen)  # frozen
+    lora_a = torch.randn(4, 12, generator=gen, requires_grad=True)  # (r, in)
+    lora_b = torch.randn(10, 4, generator=gen, requires_grad=True)  # (out, r)
+    grad_out = torch.randn(3, 7, 10, generator=gen)
+    want = torch.nn.functional.linear(x, weight + 0.5 * lora_b @ lora_a, bias)
+    got = _FusedLoraLinear.apply(x, weight, bias, lora_a, lora_b, 0.5)
+    assert torch.allclose(got, want, atol=1e-5)
+    want_grads = torch.autograd.grad(want, (x, lora_a, lora_b), grad_out)
+    got_grads = torch.autograd.grad(got, (x, lora_a, lora_b), grad_out)
+    for w, g in zip(want_grads, got_grads):
+        assert g.shape == w.shape and torch.allclose(g, w, rtol=1e-5, atol=1e-5)
+    x_frozen = x.detach()  # no input gradient asked for: only the adapter gradients
+    da, db = torch.autograd.grad(_FusedLoraLinear.apply(x_frozen, weight, bias, lora_a, lora_b, 0.5),
+                                 (lora_a, lora_b), grad_out)
+    assert torch.allclose(da, want_grads[1], atol=1e-5) and torch.allclose(db, want_grads[2], atol=1e-5)
+
+
+def test_generation_mode_samples_what_the_unmerged_adapters_sample_and_restores_them(policy):
+    from training.generation import _forward_model
+    from training.policy import generation_mode
+
+    sampling = SamplingConfig(max_new_tokens=10, stop=())
+    plain = generate(policy.model, policy.tokenizer, PROMPTS, sampling, num_return_sequences=3, generator_seed=7)
+    ids = policy.tokenizer(PROMPTS[1], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        want = policy.model(input_ids=ids).logits
+    with generation_mode(policy.model) as model:
+        bypassed = [m for m in model.modules() if "forward" in m.__dict__]
+        assert bypassed and all(m.merged for m in bypassed)  # merged layers call their base layer directly
+        assert _forward_model(model) is model.get_base_model()
+        with torch.no_grad():
+            got = model(input_ids=ids).logits
+        merged = generate(model, policy.tokenizer, PROMPTS, sampling, num_return_sequences=3, generator_seed=7)
+    assert torch.allclose(got, want, atol=1e-5)
+    assert merged.completion_ids == plain.completion_ids
+    assert not any("forward" in m.__dict__ for m in policy.model.modules())
+    assert policy.model.training and not any(getattr(m, "merged", False) for m in policy.model.modules())
+
+
 def test_fused_lora_leaves_half_precision_layers_alone(tiny_model_dir):
     pol = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16",
                                   lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
