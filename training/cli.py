@@ -24,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from training.config import ConfigError
 
+    # Our own progress line is the one on stderr: no per-file "Loading weights" bars from transformers
+    # (a 9B checkpoint prints dozens, and the web app stores stderr as the run's log tail).
+    # (transformers follows huggingface_hub's switch, read when it is first imported.)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return int(args.func(args) or 0)
     except (UsageError, ConfigError) as e:
