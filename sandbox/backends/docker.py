@@ -6,7 +6,7 @@ forked child each, every process killed after it, scratch wiped), then is recycl
 `--cap-drop ALL`, `no-new-privileges`, uid/gid 65534, Docker's default seccomp profile, optional
 gVisor (`runtime="runsc"`). Docker cannot hand file descriptors into a container, so the worker
 multiplexes each execution's streams over its attached stdin/stdout; a relay thread here turns them
-back into local pipes, and the same host-side protocol (base.drive_execution) decides verdicts.
+back into local pipes, and the same host-side protocol (drive.drive_execution) decides verdicts.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import threading
 import time
 
 from ..limits import Limits
-from ..result import ExecutionResult, Outcome, TestResult
+from ..result import ExecutionResult
 from .base import (Channel, Done, ExecIO, Executor, FrameReader, SandboxUnavailable, WorkerBroken,
                    register)
-from .drive import drive_execution
+from .drive import run_pooled
 
 HARNESS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
@@ -416,7 +416,8 @@ class DockerExecutor(Executor):
 
     def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
             format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
-        return run_on_channels(self, problem, code, limits, syntax_ok, format_ok, assembly_detail)
+        return run_pooled(self, problem, code, limits, syntax_ok=syntax_ok, format_ok=format_ok,
+                          assembly_detail=assembly_detail)
 
     def close(self) -> None:
         with self._lock:
@@ -426,41 +427,6 @@ class DockerExecutor(Executor):
             self._idle.clear()
         for ch in chans:
             ch.close()
-
-
-def run_on_channels(executor, problem, code, limits, syntax_ok, format_ok, assembly_detail):
-    """Executor.run for pooled channels (shared by the docker and local relay executors)."""
-    limits = limits or Limits.for_problem(problem)
-    if syntax_ok is None:
-        from ..candidate import parse
-        tree, why = parse(code)
-        syntax_ok, assembly_detail = tree is not None, why or assembly_detail
-    if not syntax_ok:
-        names = ([f"case {i + 1}" for i in range(len(problem.test_cases))] if problem.kind == "stdio"
-                 else [f"test {i + 1}" for i in range(len(problem.tests))])
-        return ExecutionResult(status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
-                               tests=[TestResult(name=n, error="not run: the program does not compile")
-                                      for n in names], detail=assembly_detail)
-    for attempt in (1, 2):
-        ch = executor._borrow(limits)
-        try:
-            result, healthy = drive_execution(ch, problem, code, limits)
-        except WorkerBroken:
-            executor._give_back(ch, False)
-            if attempt == 2:
-                raise
-            continue
-        except BaseException:
-            executor._give_back(ch, False)
-            raise
-        if ch.anomaly:
-            result.detail = "; ".join(filter(None, [result.detail, ch.anomaly]))
-        executor._give_back(ch, healthy)
-        break
-    result.syntax_ok, result.format_ok = True, format_ok
-    if assembly_detail and not format_ok:
-        result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
-    return result
 
 
 class LocalRelayExecutor(DockerExecutor):

@@ -19,6 +19,47 @@ from ..result import ExecutionResult, Outcome, TestResult
 from .base import Channel, Done, ExecIO, WorkerBroken
 
 
+# --- Executor.run for pooled workers (process and docker backends) ------------------------------
+
+
+def run_pooled(executor, problem, code: str, limits: Limits | None, *, syntax_ok: bool | None,
+               format_ok: bool, assembly_detail: str) -> ExecutionResult:
+    """Judge `code` on a worker borrowed from `executor` (its `_borrow(limits)` / `_give_back(w,
+    healthy)`): a program that does not compile is judged here without a worker; a worker found
+    broken at the start of an execution is replaced once."""
+    limits = limits or Limits.for_problem(problem)
+    if syntax_ok is None:
+        from ..candidate import parse
+        tree, why = parse(code)
+        syntax_ok, assembly_detail = tree is not None, why or assembly_detail
+    if not syntax_ok:
+        names = ([f"case {i + 1}" for i in range(len(problem.test_cases))] if problem.kind == "stdio"
+                 else [f"test {i + 1}" for i in range(len(problem.tests))])
+        return ExecutionResult(status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
+                               tests=[TestResult(name=n, error="not run: the program does not compile")
+                                      for n in names], detail=assembly_detail)
+    for attempt in (1, 2):
+        w = executor._borrow(limits)
+        try:
+            result, healthy = drive_execution(w, problem, code, limits)
+        except WorkerBroken:
+            executor._give_back(w, False)
+            if attempt == 2:
+                raise
+            continue  # a worker that was already broken before this execution
+        except BaseException:
+            executor._give_back(w, False)
+            raise
+        if w.anomaly:
+            result.detail = "; ".join(filter(None, [result.detail, w.anomaly]))
+        executor._give_back(w, healthy)
+        break
+    result.syntax_ok, result.format_ok = True, format_ok
+    if assembly_detail and not format_ok:
+        result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
+    return result
+
+
 # --- the host side of one execution ------------------------------------------------------------
 
 class _Capture:

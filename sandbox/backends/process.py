@@ -28,10 +28,10 @@ import threading
 import time
 
 from ..limits import Limits
-from ..result import ExecutionResult, Outcome
+from ..result import ExecutionResult
 from . import isolation as iso
 from .base import Channel, Done, ExecIO, Executor, FrameReader, WorkerBroken, register
-from .drive import drive_execution
+from .drive import run_pooled
 
 _HARNESS_DIR: str | None = None
 _HARNESS_LOCK = threading.Lock()
@@ -624,39 +624,8 @@ class ProcessExecutor(Executor):
 
     def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
             format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
-        limits = limits or Limits.for_problem(problem)
-        if syntax_ok is None:
-            from ..candidate import parse
-            syntax_ok = parse(code)[0] is not None
-            if not syntax_ok:
-                assembly_detail = parse(code)[1]
-        if not syntax_ok:
-            return ExecutionResult(
-                status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
-                tests=[_not_run(n) for n in _test_names(problem)], detail=assembly_detail,
-                isolation="none", isolation_features=[])
-        attempts = 0
-        while True:
-            attempts += 1
-            w = self._borrow(limits)
-            try:
-                result, healthy = drive_execution(w, problem, code, limits)
-            except WorkerBroken as e:
-                self._give_back(w, False)
-                if attempts < 2:
-                    continue  # a worker that was already broken before this execution
-                raise
-            except BaseException:
-                self._give_back(w, False)
-                raise
-            if w.anomaly:
-                result.detail = "; ".join(filter(None, [result.detail, w.anomaly]))
-            self._give_back(w, healthy)
-            break
-        result.syntax_ok, result.format_ok = True, format_ok
-        if assembly_detail and not format_ok:
-            result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
-        return result
+        return run_pooled(self, problem, code, limits, syntax_ok=syntax_ok, format_ok=format_ok,
+                          assembly_detail=assembly_detail)
 
     def close(self) -> None:
         with self._lock:
@@ -699,14 +668,3 @@ def _devnull() -> int:
             if _DEVNULL[0] < 0:
                 _DEVNULL[0] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     return _DEVNULL[0]
-
-
-def _test_names(problem) -> list[str]:
-    if problem.kind == "stdio":
-        return [f"case {i + 1}" for i in range(len(problem.test_cases))]
-    return [f"test {i + 1}" for i in range(len(problem.tests))]
-
-
-def _not_run(name: str):
-    from ..result import TestResult
-    return TestResult(name=name, passed=False, error="not run: the program does not compile")
