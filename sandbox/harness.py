@@ -375,26 +375,32 @@ def _recv_fds(sock, bufsize, maxfds=16):
     return msg, list(fds)
 
 
+def _prepare_worker(light):
+    """Before serving: pre-import the common modules and, for a long-lived worker, keep candidates
+    (same uid) out of its memory (/proc/1/mem): it serves later executions. A one-shot (light)
+    worker skips both (the ctypes import alone costs ~20 ms)."""
+    global _NONDUMPABLE
+    if light:
+        return
+    for name in PREIMPORT:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    _set_dumpable(0)
+    _NONDUMPABLE = True
+    import gc
+    gc.collect()
+    gc.freeze()  # children then do not dirty (copy) every pre-imported object's page in GC passes
+
+
 def worker(ctrl_fd=3, light=False):
     import _signal
     import _socket
     import marshal
     import resource
     import select
-    for name in () if light else PREIMPORT:
-        try:
-            __import__(name)
-        except Exception:
-            pass
-    global _NONDUMPABLE
-    if not light:
-        # A long-lived worker must keep candidates (same uid) out of its memory (/proc/1/mem):
-        # it serves later executions. A one-shot worker skips the ctypes import (~20 ms).
-        _set_dumpable(0)
-        _NONDUMPABLE = True
-        import gc
-        gc.collect()
-        gc.freeze()  # children then do not dirty (copy) every pre-imported object's page in GC passes
+    _prepare_worker(light)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     ctrl = _socket.socket(fileno=ctrl_fd)
     scratch = os.getcwd()
@@ -512,18 +518,7 @@ def relay_worker(light=False):
     import _signal
     import marshal
     import select
-    for name in () if light else PREIMPORT:
-        try:
-            __import__(name)
-        except Exception:
-            pass
-    global _NONDUMPABLE
-    if not light:
-        _set_dumpable(0)
-        _NONDUMPABLE = True
-        import gc
-        gc.collect()
-        gc.freeze()
+    _prepare_worker(light)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     namespaced = os.getpid() == 1
     scratch = os.getcwd()

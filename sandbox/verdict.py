@@ -266,14 +266,6 @@ class Evaluator:
             return not (node.id in _TRUSTED_TYPES | {"None"} and node.id not in self.shadowed)
         if isinstance(node, ast.Attribute):
             return self.trusted_callable(node) is None
-        if self.method_call(node):
-            receiver = ev(node.func.value)
-            if isinstance(receiver, Materialized):
-                raise TypeError(f"an iterator has no method {node.func.attr}()")
-            args = [ev(a) for a in node.args]
-            args = [list(a.items) if isinstance(a, Materialized) else a for a in args]
-            kwargs = {k.arg: ev(k.value) for k in node.keywords}
-            return _call_method(receiver, node.func.attr, args, kwargs)
         if isinstance(node, ast.Call):
             func = self.trusted_callable(node.func)
             return not (func is not None and self.call_is_trusted(node, func))
