@@ -77,13 +77,7 @@ def save_checkpoint(
         if not accelerator.is_main_process:
             return checkpoint_dir(run_dir, step), "adapter" if is_lora else "full"
     final = checkpoint_dir(run_dir, step)
-    partial = final.with_name(final.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    model.save_pretrained(partial, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(partial)
+    partial = _save_partial(model, tokenizer, final)
     state_dir = partial / STATE_DIR
     state_dir.mkdir()
     if optimizer is not None:
@@ -193,16 +187,23 @@ def merge_lora(model: torch.nn.Module) -> torch.nn.Module:
     return model.merge_and_unload()
 
 
-def save_merged(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path) -> Path:
-    """Write a plain (already merged or full) model + tokenizer as safetensors; atomic like checkpoints."""
-    out = Path(out_dir)
-    partial = out.with_name(out.name + ".partial")
+def _save_partial(model: torch.nn.Module, tokenizer: Any, final: Path) -> Path:
+    """Model (safetensors) + tokenizer into a fresh ``FINAL.partial`` directory, renamed over
+    ``final`` by the caller once complete: a crash never leaves a half-written checkpoint."""
+    partial = final.with_name(final.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     model.save_pretrained(partial, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(partial)
+    return partial
+
+
+def save_merged(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path) -> Path:
+    """Write a plain (already merged or full) model + tokenizer as safetensors; atomic like checkpoints."""
+    out = Path(out_dir)
+    partial = _save_partial(model, tokenizer, out)
     if out.exists():
         shutil.rmtree(out)
     partial.rename(out)
