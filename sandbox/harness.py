@@ -321,6 +321,25 @@ def _kill_all(own_pid, child_pid, namespaced):
             child_status = (status, ru)
 
 
+def _scratch_dirs(namespaced):
+    """What to wipe after each execution: the working directory and, inside a sandbox whose
+    /dev/shm is a directory of its own (docker's private tmpfs), that too. The process backend
+    links /dev/shm to the working directory; outside a sandbox /dev/shm is the host's."""
+    scratch = [os.getcwd()]
+    if namespaced:
+        try:
+            shm, cwd = os.stat("/dev/shm"), os.stat(scratch[0])
+            if (shm.st_dev, shm.st_ino) != (cwd.st_dev, cwd.st_ino):
+                scratch.append("/dev/shm")
+        except OSError:
+            pass  # no /dev/shm at all
+    return scratch
+
+
+def _wipe_all(paths):
+    return sum(_wipe(p) for p in paths)
+
+
 def _wipe(path):
     """Empty the scratch directory; returns how many entries it removed."""
     removed = 0
@@ -403,8 +422,8 @@ def worker(ctrl_fd=3, light=False):
     _prepare_worker(light)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     ctrl = _socket.socket(fileno=ctrl_fd)
-    scratch = os.getcwd()
     namespaced = os.getpid() == 1
+    scratch = _scratch_dirs(namespaced)
     own = os.getpid()
 
     def send(obj):
@@ -492,7 +511,7 @@ def worker(ctrl_fd=3, light=False):
                 report["exit_code"] = os.WEXITSTATUS(status)
             elif os.WIFSIGNALED(status):
                 report["signal"] = os.WTERMSIG(status)
-        report["wiped"] = _wipe(scratch)
+        report["wiped"] = _wipe_all(scratch)
         send(report)
 
 
@@ -521,7 +540,7 @@ def relay_worker(light=False):
     _prepare_worker(light)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     namespaced = os.getpid() == 1
-    scratch = os.getcwd()
+    scratch = _scratch_dirs(namespaced)
     host_in, host_out = os.dup(0), os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
@@ -686,7 +705,7 @@ def relay_worker(light=False):
                 report["signal"] = os.WTERMSIG(status)
         oom_after = _oom_kills()
         report["oom"] = oom_before is not None and oom_after is not None and oom_after > oom_before
-        report["wiped"] = _wipe(scratch)
+        report["wiped"] = _wipe_all(scratch)
         control(report)
 
 

@@ -4,9 +4,10 @@ A worker is one bubblewrap sandbox: new user (payload uid/gid 65534, and the san
 as host uid 65534 when we are root, so even an escape lands on an unprivileged user), pid, net, mount,
 ipc, uts and cgroup namespaces; no new user namespaces inside (`--disable-userns`); a new session (no
 terminal to inject into); killed with its parent; a cleared, allow-listed environment; a read-only
-root holding only /usr (nothing of /root, /home, /work, /etc, /var, the host's /proc); a fresh /proc
-and /dev; a size-limited tmpfs scratch as the working directory (also /tmp and /dev/shm); a seccomp
-filter; its own pids and memory cgroups. Inside, harness.py's worker is pid 1.
+root holding only /usr (nothing of /root, /home, /work, /var, the host's /proc; of /etc only the
+dynamic loader's cache, localtime and nsswitch.conf); a fresh /proc; a /dev of null, zero, full,
+random and urandom; a size-limited tmpfs scratch as the working directory (also /tmp; /dev/shm
+links to it, so it is no second writable place); a seccomp filter; its own pids and memory cgroups. Inside, harness.py's worker is pid 1.
 
 warm mode: a worker serves many executions, forking a fresh child for each and killing every process
 of the execution afterwards; it is recycled after `max_executions_per_worker` or any anomaly.
@@ -40,9 +41,16 @@ _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"
 
 
 def harness_dir() -> str:
-    """A root-owned copy of harness.py that the unprivileged sandbox user can read, with its
-    bytecode compiled once by the sandbox's interpreter: a worker then loads it instead of
-    compiling 700 lines at every start (~5 ms of a cold execution's ~20)."""
+    """A root-owned directory, bound read-only at /opt/crucible in every sandbox, that the
+    unprivileged sandbox user can read:
+
+    - harness.py with its bytecode compiled once by the sandbox's interpreter (a worker loads it
+      instead of compiling 700 lines at every start: ~5 ms of a cold execution's ~20);
+    - etc/: copies of the three /etc files the interpreter and libc read (the sandbox's /etc
+      holds symlinks to them: a symlink costs bubblewrap no mount);
+    - dev/: the sandbox's /dev (see `_DEV_DEVICES`), when device nodes can be made here.
+
+    Fewer mounts make a faster sandbox: bubblewrap re-reads the whole mount table for every bind."""
     global _HARNESS_DIR
     with _HARNESS_LOCK:
         if _HARNESS_DIR is None or not os.path.exists(os.path.join(_HARNESS_DIR, "harness.py")):
@@ -56,17 +64,60 @@ def harness_dir() -> str:
                 subprocess.run([iso.find_python(), "-I", "-S", "-c", _COMPILE, dst], timeout=60,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=False)
-                for root, dirs, files in os.walk(d):
-                    for name in dirs:
-                        os.chmod(os.path.join(root, name), 0o755)
-                    for name in files:
-                        os.chmod(os.path.join(root, name), 0o644)
             except (OSError, subprocess.SubprocessError):
                 pass
+            os.mkdir(os.path.join(d, "etc"))
+            for name in _ETC_FILES:
+                try:
+                    shutil.copyfile(os.path.join("/etc", name), os.path.join(d, "etc", name))
+                except OSError:
+                    pass  # absent on this host: absent in the sandbox too
+            for root, dirs, files in os.walk(d):  # before dev/: never chmod through a symlink
+                for name in dirs:
+                    os.chmod(os.path.join(root, name), 0o755)
+                for name in files:
+                    os.chmod(os.path.join(root, name), 0o644)
+            _DEV_READY[0] = _make_dev(os.path.join(d, "dev"))
             import atexit
             atexit.register(shutil.rmtree, d, True)
             _HARNESS_DIR = d
         return _HARNESS_DIR
+
+
+_ETC_FILES = ("ld.so.cache", "localtime", "nsswitch.conf")
+# The sandbox's /dev: these character devices (all harmless, world read-write on any host), and
+# symlinks. No pts/ptmx/tty: a candidate has no terminal. /dev/shm is the scratch directory itself
+# (one size limit, wiped with it), never a second writable place.
+_DEV_DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9)}
+_DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+              "stderr": "/proc/self/fd/2", "shm": "/tmp"}
+_DEV_READY = [False]  # harness_dir()/dev holds working device nodes: bind it whole at /dev
+
+
+def _make_dev(path: str) -> bool:
+    """Make `path` the sandbox's /dev: one bind then replaces a mount per device. False (the
+    sandbox then binds the host's device nodes one by one) where this process may not make device
+    nodes (no CAP_MKNOD) or the filesystem ignores them (mounted nodev)."""
+    import stat
+    os.mkdir(path)
+    os.chmod(path, 0o755)
+    for name, target in _DEV_LINKS.items():
+        os.symlink(target, os.path.join(path, name))
+    try:
+        if os.statvfs(path).f_flag & getattr(os, "ST_NODEV", 4):
+            return False
+        for name, (major, minor) in _DEV_DEVICES.items():
+            node = os.path.join(path, name)
+            os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+            os.chmod(node, 0o666)
+            st = os.stat(node)
+            if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(major, minor):
+                return False
+        with open(os.path.join(path, "null"), "wb") as f:  # the node really is usable here
+            f.write(b"x")
+        return True
+    except OSError:
+        return False
 
 
 # Compiles harness.py to __pycache__/ with the interpreter that will load it.
@@ -95,12 +146,22 @@ def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
-        args += ["--ro-bind-try", f, f]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp",
-             "--bind", "/tmp", "/dev/shm", "--remount-ro", "/dev",
-             "--ro-bind", harness_dir(), "/opt/crucible",
+    hdir = harness_dir()
+    for name in _ETC_FILES:
+        if os.path.exists(os.path.join(hdir, "etc", name)):
+            args += ["--symlink", f"/opt/crucible/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc"]
+    if _DEV_READY[0]:
+        # Root-owned on the host: the payload can neither add to nor change it.
+        args += ["--dev-bind", os.path.join(hdir, "dev"), "/dev"]
+    else:  # a directory of the root tmpfs (read-only below) and one bind per device
+        args += ["--dir", "/dev"]
+        for name in _DEV_DEVICES:
+            args += ["--dev-bind-try", f"/dev/{name}", f"/dev/{name}"]
+        for name, target in _DEV_LINKS.items():
+            args += ["--symlink", target, f"/dev/{name}"]
+    args += ["--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp",
+             "--ro-bind", hdir, "/opt/crucible",
              "--chdir", "/tmp", "--remount-ro", "/", "--cap-drop", "ALL",
              "--info-fd", str(info_fd)]
     if seccomp_fd is not None:

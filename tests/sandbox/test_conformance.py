@@ -281,6 +281,23 @@ def test_many_files_are_capped_and_wiped_before_the_next_execution(executor):
     assert after.status is Outcome.PASSED, after.to_dict()
 
 
+def test_shared_memory_files_are_wiped_before_the_next_execution(executor):
+    res = run(executor, fn_problem(["assert f() == 1"]), """
+        import os
+        def f():
+            with open("/dev/shm/left-behind", "w") as fh:
+                fh.write("state for a later candidate")
+            return len([n for n in os.listdir("/dev/shm") if n == "left-behind"])
+    """)
+    assert res.status is Outcome.PASSED, res.to_dict()
+    after = run(executor, fn_problem(["assert f() == []"]), """
+        import os
+        def f():
+            return sorted(os.listdir("/dev/shm"))
+    """)
+    assert after.status is Outcome.PASSED, after.to_dict()
+
+
 # --- escapes -----------------------------------------------------------------------------------
 
 BLOCKED = fn_problem(["assert f() == []"])
@@ -406,6 +423,69 @@ def test_nothing_outside_the_scratch_dir_can_be_written(executor):
                     pass
             return writable
     """)
+    assert res.status is Outcome.PASSED, res.to_dict()
+
+
+def test_the_only_writable_places_are_the_scratch_dir(executor):
+    """Every mount the sandbox sees is tried, not a list of guesses: a read-write mount other than
+    the scratch (a host directory bound in by mistake, say) fails this test."""
+    # docker mounts a private /dev/shm tmpfs that its worker wipes like the scratch (see the
+    # test above); the process backend links /dev/shm to the scratch itself.
+    allowed = ["/tmp", "/dev/shm"] if executor.backend_id == "docker" else ["/tmp"]
+    res = run(executor, BLOCKED, f"""
+        import os
+        SCRATCH = {allowed!r}
+        def f():
+            mounts = set()
+            with open("/proc/self/mountinfo") as fh:
+                for line in fh:
+                    mounts.add(line.split()[4].replace("\\\\040", " "))
+            writable = []
+
+            def probe(d):
+                try:
+                    with open(os.path.join(d, ".probe"), "w"):
+                        pass
+                    writable.append(d)
+                except OSError as e:
+                    return e.errno
+            for top in sorted(mounts):
+                if top == "/proc" or top.startswith(("/proc/", "/sys")):
+                    continue
+                for root, dirs, files in os.walk(top):
+                    dirs[:] = [d for d in dirs if os.path.join(root, d) not in mounts]
+                    real = os.path.realpath(root)
+                    if any(real == s or real.startswith(s + "/") for s in SCRATCH):
+                        continue
+                    if probe(root) == 30 and root == top:  # EROFS: the whole mount is read-only
+                        break
+            return writable
+    """, time_limit_s=5.0)
+    assert res.status is Outcome.PASSED, res.to_dict()
+
+
+def test_the_hosts_temporary_files_are_not_visible(executor):
+    import os
+    import tempfile
+    import uuid
+    name = f"crucible-marker-{uuid.uuid4().hex}"
+    marker = os.path.join(tempfile.gettempdir(), name)
+    with open(marker, "w") as fh:
+        fh.write("host secret")
+    os.chmod(marker, 0o644)
+    try:
+        res = run(executor, BLOCKED, f"""
+            import os
+            def f():
+                seen = []
+                for top in ("/tmp", "/dev/shm", "/dev", "/opt", "/etc", "/var", "/run", "/home", "/root"):
+                    for root, dirs, files in os.walk(top, followlinks=True):
+                        if {name!r} in files:
+                            seen.append(root)
+                return seen
+        """, time_limit_s=5.0)
+    finally:
+        os.unlink(marker)
     assert res.status is Outcome.PASSED, res.to_dict()
 
 

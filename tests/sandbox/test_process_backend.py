@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from sandbox.backends.process import ProcessExecutor
 from sandbox.result import Outcome
 
@@ -37,6 +39,42 @@ def test_without_bubblewrap_it_runs_and_reports_rlimits_isolation():
     assert not {"user_ns", "pid_ns", "net_ns", "mount_ns", "seccomp"} & set(res.isolation_features)
     assert forged.status is Outcome.FAILED  # verdicts are decided outside, whatever the isolation
     assert loop.status is Outcome.TIMEOUT
+
+
+DEV_CHECK = fn_problem(["assert f() == (sorted(DEVICES), 8, '/tmp', True, False)"],
+                       setup="DEVICES = ['full', 'null', 'random', 'urandom', 'zero']")
+DEV_PROGRAM = """
+import os
+def f():
+    chars = sorted(n for n in os.listdir('/dev') if not os.path.islink(f'/dev/{n}')
+                   and os.stat(f'/dev/{n}').st_mode & 0o170000 == 0o020000)
+    with open('/dev/null', 'w') as fh:
+        fh.write('discarded')
+    with open('/dev/shm/x', 'w') as fh:
+        fh.write('x')
+    try:
+        open('/dev/added', 'w').close()
+        dev_writable = True
+    except OSError:
+        dev_writable = False
+    return (chars, len(open('/dev/urandom', 'rb').read(8)), os.path.realpath('/dev/shm'),
+            os.path.exists('/tmp/x'), dev_writable)
+"""
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared-dev", "device-binds"])
+def test_dev_holds_the_usual_devices_and_links_shm_to_the_scratch(prepared, monkeypatch):
+    """/dev is the harness directory's prepared dev/ (one mount) where device nodes can be made
+    there, else a directory of the read-only root with the host's devices bound one by one."""
+    from sandbox.backends import process
+    process.harness_dir()
+    if not prepared:
+        monkeypatch.setattr(process, "_DEV_READY", [False])
+    elif not process._DEV_READY[0]:
+        pytest.skip("device nodes cannot be made in the harness directory here")
+    with ProcessExecutor("cold") as ex:
+        res = ex.run(DEV_CHECK, DEV_PROGRAM, limits(DEV_CHECK))
+    assert res.status is Outcome.PASSED, res.to_dict()
 
 
 def test_importing_sandbox_pulls_in_neither_torch_nor_django_nor_threads():

@@ -84,3 +84,18 @@ def test_the_docker_attach_stream_is_demultiplexed():
     b.close()
     assert stream.read_chunk() == b""
     a.close()
+
+
+def test_a_private_dev_shm_is_wiped_with_the_scratch_but_never_the_hosts(tmp_path, monkeypatch):
+    """docker gives each container a private /dev/shm tmpfs: its worker wipes it after every
+    execution like the scratch. Outside a sandbox (not pid 1) /dev/shm is the host's: left alone."""
+    import os
+
+    from sandbox import harness
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
+    monkeypatch.chdir(tmp_path)
+    assert harness._scratch_dirs(namespaced=True) == [str(tmp_path), "/dev/shm"]
+    assert harness._scratch_dirs(namespaced=False) == [str(tmp_path)]
+    monkeypatch.chdir("/dev/shm")
+    assert harness._scratch_dirs(namespaced=True) == ["/dev/shm"]
