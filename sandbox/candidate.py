@@ -13,6 +13,7 @@ program that reads stdin or at least prints; for replies also a fenced block). `
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
@@ -176,11 +177,17 @@ def _accepted(args: ast.arguments) -> tuple[int, float, list[str]]:
 def call_arities(problem) -> set[int]:
     """Positional-argument counts of the calls the tests (or, failing that, the reference) make.
 
-    Calls with `*args` or keywords are skipped; an empty set means "no evidence".
+    Calls with `*args` or keywords are skipped; an empty set means "no evidence". Cached per
+    problem: every candidate of a batch asks (parsing the tests each time was a third of the
+    host's work per execution in warm mode).
     """
-    name = problem.entry_point
+    return set(_call_arities(problem.entry_point, tuple(problem.tests), problem.reference_solution))
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_arities(name: str, tests: tuple[str, ...], reference_solution: str | None) -> frozenset[int]:
     found: set[int] = set()
-    for test in problem.tests:
+    for test in tests:
         try:
             tree = ast.parse(test)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -189,17 +196,17 @@ def call_arities(problem) -> set[int]:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name \
                     and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args):
                 found.add(len(node.args))
-    if found or not problem.reference_solution:
-        return found
-    ref, _ = parse(problem.reference_solution)
+    if found or not reference_solution:
+        return frozenset(found)
+    ref, _ = parse(reference_solution)
     if ref is None:
-        return found
+        return frozenset(found)
     for stmt in ref.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == name and not stmt.args.vararg:
             low, high, _ = _accepted(stmt.args)
             if low == high:  # only a fixed arity is evidence; optional parameters may go unused
                 found = {low}
-    return found
+    return frozenset(found)
 
 
 _STDIN_ATTRS = {"stdin", "buffer"}

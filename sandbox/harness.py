@@ -265,12 +265,7 @@ def _child(header, fds):
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits["nofile"], limits["nofile"]))
     if limits.get("nproc"):
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-    import io
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", write_through=False)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
+    sys.stdin, sys.stdout, sys.stderr = _STDIO or _new_stdio()
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     sys.argv = ["candidate"]
     sys.setrecursionlimit(10000)
@@ -278,6 +273,21 @@ def _child(header, fds):
         _run_stdio(header["code"])
     else:
         _serve_function(3, 4)
+
+
+def _new_stdio():
+    """Text streams on fds 0/1/2, whatever those are when they are written or read: a worker
+    makes them once, unused, and every child it forks takes them over after moving its own
+    execution's descriptors to 0/1/2."""
+    import io
+    return (io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace"),
+            io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                             errors="backslashreplace", write_through=False),
+            io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                             errors="backslashreplace", line_buffering=True))
+
+
+_STDIO = None
 
 
 # --- the worker --------------------------------------------------------------------------------
@@ -408,6 +418,8 @@ def _prepare_worker(light):
             pass
     _set_dumpable(0)
     _NONDUMPABLE = True
+    global _STDIO
+    _STDIO = _new_stdio()
     import gc
     gc.collect()
     gc.freeze()  # children then do not dirty (copy) every pre-imported object's page in GC passes

@@ -18,6 +18,7 @@ Without bubblewrap it still runs (rlimits, cgroups when root, uid nobody) and sa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
@@ -250,23 +251,21 @@ class ProcessWorker(Channel):
                 features.append("nobody_user")
             pass_fds = [fd for fd in (child.fileno(), info_w, seccomp_fd) if fd is not None]
             kwargs = {}
-            if as_root:
-                setpriv = iso.find_setpriv()
-                if setpriv:
-                    # Same credentials as Popen(user=, group=, extra_groups=[]), but set by
-                    # setpriv after exec: Popen can then vfork instead of copying this process.
-                    argv = [setpriv, f"--reuid={iso.NOBODY}", f"--regid={iso.NOBODY}",
-                            "--clear-groups", "--", *argv]
-                else:
-                    kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []}
-            if home is not None and bwrap:
-                features.append("net_ns_reused")
-                with home.netns.entered():  # bwrap starts in the Home's netns and stays there
-                    self.proc = subprocess.Popen(
-                        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd, env=env,
-                        start_new_session=True, **kwargs)
-            else:
+            with contextlib.ExitStack() as starting:
+                if home is not None and bwrap:
+                    features.append("net_ns_reused")
+                    # bwrap starts in the Home's netns and stays there (entered while still root)
+                    starting.enter_context(home.netns.entered())
+                if as_root:
+                    # Started as uid/gid 65534 with no groups and no capabilities, three ways from
+                    # cheapest: this thread's own credentials, setpriv, Popen(user=) (a full fork).
+                    if iso.ThreadCredentials.supported():
+                        starting.enter_context(iso.ThreadCredentials(iso.NOBODY, iso.NOBODY))
+                    elif iso.find_setpriv():
+                        argv = [iso.find_setpriv(), f"--reuid={iso.NOBODY}", f"--regid={iso.NOBODY}",
+                                "--clear-groups", "--", *argv]
+                    else:
+                        kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []}
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd,
                                              env=env, start_new_session=True, **kwargs)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
+from sandbox.backends.isolation import ThreadCredentials
 from sandbox.backends.process import ProcessExecutor
 from sandbox.result import Outcome
 
@@ -82,3 +84,51 @@ def test_importing_sandbox_pulls_in_neither_torch_nor_django_nor_threads():
             "assert 'torch' not in sys.modules and 'django' not in sys.modules, 'heavy import'\n"
             "assert threading.active_count() == 1\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _status(pid: int | str) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+@pytest.mark.skipif(not ThreadCredentials.supported(), reason="needs root on x86_64/aarch64")
+def test_only_the_starting_thread_drops_to_nobody_and_it_comes_back():
+    import os
+    import threading
+    seen: dict = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def start():
+        with ThreadCredentials():
+            seen["thread"] = os.getresuid(), os.getresgid(), os.getgroups()
+            seen["child"] = subprocess.run(["cat", "/proc/self/status"], capture_output=True,
+                                           text=True).stdout
+            inside.set()
+            done.wait(10)
+        seen["after"] = os.getresuid(), os.getresgid()
+
+    groups = os.getgroups()
+    t = threading.Thread(target=start)
+    t.start()
+    assert inside.wait(10)
+    assert os.getresuid() == (0, 0, 0) and os.getgroups() == groups  # the rest of the process
+    done.set()
+    t.join()
+    assert seen["thread"] == ((65534, 65534, 0), (65534, 65534, 0), [])
+    child = dict(line.split(":\t", 1) for line in seen["child"].splitlines() if ":\t" in line)
+    assert child["Uid"].split() == ["65534"] * 4 and child["Gid"].split() == ["65534"] * 4
+    assert child["Groups"].strip() == ""
+    assert int(child["CapPrm"], 16) == 0 and int(child["CapEff"], 16) == 0
+    assert seen["after"] == ((0, 0, 0), (0, 0, 0))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox drops to nobody only when started by root")
+def test_bubblewrap_itself_runs_as_nobody_without_capabilities():
+    with ProcessExecutor("warm") as ex:
+        w = ex._borrow(limits(SQUARE))
+        try:
+            status = _status(w.proc.pid)  # the host-side bubblewrap process
+        finally:
+            ex._give_back(w, True)
+    assert status["Uid"].split() == ["65534"] * 4 and status["Gid"].split() == ["65534"] * 4
+    assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
