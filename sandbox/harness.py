@@ -22,8 +22,19 @@ roles:
 Frames on every channel: 4-byte big-endian length + UTF-8 JSON.
 """
 
+import _signal
+import _socket
+import array
+import marshal
 import posix as os  # the os module costs ~1 ms to import in a one-shot worker; posix has all we use
+import resource
+import select
 import sys
+from _json import encode_basestring_ascii as _quote
+
+# Imported once here, none of them costly (Debian's interpreter has all but _json and resource
+# built in): an import statement in a function runs the import machinery at every call, and in a
+# forked child every page that touches is a copy.
 
 MAX_FRAME = 16 << 20
 PREIMPORT = ("math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
@@ -44,7 +55,6 @@ def _read_exact(fd, n):
 
 def read_frame(fd):
     """A request from the host (trusted): marshal, which needs no import."""
-    import marshal
     head = _read_exact(fd, 4)
     if head is None:
         return None
@@ -68,7 +78,7 @@ def write_frame(fd, obj):
 
 def dumps(o):
     """JSON for the plain structures we send (the json package costs ~15 ms to import)."""
-    from _json import encode_basestring_ascii as q
+    q = _quote
     t = type(o)
     if o is None:
         return "null"
@@ -233,8 +243,7 @@ def _run_stdio(code_src):
 
 
 def _child(header, fds):
-    import resource
-    import _signal as signal
+    signal = _signal
     # fds arrive as [stdin, stdout, stderr, rpc_in, rpc_out]; everything else is closed. One that
     # already sits below len(fds) is first moved up, so no dup2 below overwrites it.
     safe = []
@@ -307,6 +316,22 @@ def _set_dumpable(flag):
         _LIBC.prctl(4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
     except Exception:
         pass
+
+
+def _fork():
+    """fork(2) for the worker: libc's, when ctypes is already loaded (long-lived workers), not
+    os.fork(), whose CPython at-fork hooks (re-seeding `random` from urandom, re-initialising
+    interpreter locks) made every child copy ~60 more pages and cost ~0.15 ms. The worker is
+    single-threaded, so there is no lock to re-initialise; `random` in the child then continues
+    the worker's sequence (it is no source of secrets; os.urandom is unaffected)."""
+    if _LIBC is not None:
+        pid = _LIBC.fork()
+        if pid < 0:
+            import ctypes
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        return pid
+    return os.fork()
 
 
 def _kill_all(own_pid, child_pid, namespaced):
@@ -394,8 +419,6 @@ def _wipe(path):
 
 def _recv_fds(sock, bufsize, maxfds=16):
     """socket.recv_fds without importing socket.py (~15 ms in a one-shot worker)."""
-    import _socket
-    import array
     msg, ancdata, _flags, _addr = sock.recvmsg(bufsize, _socket.CMSG_SPACE(maxfds * 4))
     fds = array.array("i")
     for level, kind, data in ancdata:
@@ -426,11 +449,6 @@ def _prepare_worker(light):
 
 
 def worker(ctrl_fd=3, light=False):
-    import _signal
-    import _socket
-    import marshal
-    import resource
-    import select
     _prepare_worker(light)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     ctrl = _socket.socket(fileno=ctrl_fd)
@@ -476,7 +494,7 @@ def worker(ctrl_fd=3, light=False):
         if len(fd_queue) < nfds:
             os._exit(1)  # descriptors travel with their frame; anything else is a broken host
         fds, fd_queue = fd_queue[:nfds], fd_queue[nfds:]
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
             try:
                 ctrl.close()
@@ -546,9 +564,6 @@ def relay_worker(light=False):
     execution's pipes itself and multiplexes them over its stdin/stdout. Host -> worker frames:
     4-byte length + marshal; worker -> host frames: 1-byte kind (c=control JSON, o=stdout,
     e=stderr, r=rpc reply bytes) + 4-byte length + payload. Verdicts stay on the host."""
-    import _signal
-    import marshal
-    import select
     _prepare_worker(light)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     namespaced = os.getpid() == 1
