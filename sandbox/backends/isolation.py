@@ -337,7 +337,7 @@ class Cgroup:
         self._limits: dict[str, int] = {}  # what set_limits last wrote successfully
         # Files read or written at every execution stay open (pread/pwrite at offset 0 re-reads
         # or rewrites a cgroup file): an open + close less each time.
-        self._fds: dict[tuple[str, str], int] = {}
+        self._fds: dict[tuple[str, str, int], int] = {}
 
     @property
     def features(self) -> list[str]:
@@ -365,14 +365,14 @@ class Cgroup:
             return ""
 
     def _fd(self, controller: str, fname: str, flags: int) -> int | None:
-        fd = self._fds.get((controller, fname))
+        fd = self._fds.get((controller, fname, flags))
         if fd is None:
             path = self.paths.get(controller)
             if not path:
                 return None
             try:
-                fd = self._fds[(controller, fname)] = os.open(os.path.join(path, fname),
-                                                               flags | os.O_CLOEXEC)
+                fd = self._fds[(controller, fname, flags)] = os.open(os.path.join(path, fname),
+                                                                      flags | os.O_CLOEXEC)
             except OSError:
                 return None
         return fd
@@ -403,7 +403,7 @@ class Cgroup:
 
     def add(self, pid: int) -> None:
         for controller in list(self.paths):
-            if not self._write(controller, "cgroup.procs", str(pid)):
+            if not self._hot_write(controller, "cgroup.procs", str(pid)):
                 self.errors[controller] = f"cannot move pid {pid} into it"
                 _kill_and_rmdir(self.paths.pop(controller), 0.1)
 
@@ -461,14 +461,15 @@ class Cgroup:
 
     def procs(self) -> list[int]:
         """Every process in the cgroup (both controllers hold the same ones: a worker joins both
-        and its descendants inherit them; a controller it could not join was dropped)."""
+        and its descendants inherit them; a controller it could not join was dropped).
+
+        Read through a fresh descriptor every time: cgroup v1 caches a cgroup.procs listing per
+        open file, and re-reading a kept descriptor from offset 0 returned the previous listing
+        (seen here: a process added or gone showed up one read late)."""
         controller = "pids" if "pids" in self.paths else "memory" if "memory" in self.paths else None
         if controller is None:
             return []
-        try:
-            return [int(x) for x in self._hot_read(controller, "cgroup.procs").split()]
-        except ValueError:
-            return []
+        return _procs(self.paths[controller])
 
     def sweep(self, keep: set[int]) -> int:
         """SIGKILL every process in the cgroup except `keep`; returns how many it found."""

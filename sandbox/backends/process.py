@@ -19,10 +19,12 @@ Without bubblewrap it still runs (rlimits, cgroups when root, uid nobody) and sa
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import marshal
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -131,6 +133,17 @@ _LOADER = ("import sys; sys.path.insert(0, sys.argv[1].rpartition('/')[0]); impo
 
 def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None,
                 own_netns: bool = True) -> list[str]:
+    args = list(_bwrap_base(bwrap, limits.scratch_mb, own_netns, harness_dir(), _DEV_READY[0]))
+    args += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    return args
+
+
+@functools.lru_cache(maxsize=64)
+def _bwrap_base(bwrap: str, scratch_mb: int, own_netns: bool, hdir: str,
+                dev_ready: bool) -> tuple[str, ...]:
+    """Everything but the per-start descriptors (made once: it looks at the host's /bin, /lib...)."""
     # --unshare-all is user(-try), ipc, pid, net, uts and cgroup(-try); without `own_netns` the
     # sandbox stays in the network namespace of the thread that starts it (a Home's, see below).
     unshare = ["--unshare-all"] if own_netns else \
@@ -147,12 +160,11 @@ def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    hdir = harness_dir()
     for name in _ETC_FILES:
         if os.path.exists(os.path.join(hdir, "etc", name)):
             args += ["--symlink", f"/opt/crucible/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc"]
-    if _DEV_READY[0]:
+    if dev_ready:
         # Root-owned on the host: the payload can neither add to nor change it.
         args += ["--dev-bind", os.path.join(hdir, "dev"), "/dev"]
     else:  # a directory of the root tmpfs (read-only below) and one bind per device
@@ -161,13 +173,10 @@ def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None
             args += ["--dev-bind-try", f"/dev/{name}", f"/dev/{name}"]
         for name, target in _DEV_LINKS.items():
             args += ["--symlink", target, f"/dev/{name}"]
-    args += ["--size", str(limits.scratch_mb << 20), "--tmpfs", "/tmp",
+    args += ["--size", str(scratch_mb << 20), "--tmpfs", "/tmp",
              "--ro-bind", hdir, "/opt/crucible",
-             "--chdir", "/tmp", "--remount-ro", "/", "--cap-drop", "ALL",
-             "--info-fd", str(info_fd)]
-    if seccomp_fd is not None:
-        args += ["--seccomp", str(seccomp_fd)]
-    return args
+             "--chdir", "/tmp", "--remount-ro", "/", "--cap-drop", "ALL"]
+    return tuple(args)
 
 
 class Home:
@@ -182,14 +191,22 @@ class Home:
     interface is up, and an unprivileged payload, in a user namespace that does not own the netns,
     can configure none (no address, route, firewall rule or sysctl); its sockets, abstract
     AF_UNIX names included, close when its processes die. Each sandbox still gets fresh pid, mount,
-    ipc, uts, user and cgroup namespaces, a fresh tmpfs and its own cgroups."""
+    ipc, uts, user and cgroup namespaces and a fresh tmpfs.
+
+    A Home also keeps the pids and memory cgroups its sandboxes run in, on the same terms: they
+    go back with it only empty (no process left in them), with their limits already written,
+    which saves two mkdir, two rmdir and three writes per cold start."""
 
     def __init__(self, netns: iso.EmptyNetns):
         self.netns = netns
         self.uses = 0
+        self.cgroup: iso.Cgroup | None = None
 
     def close(self) -> None:
         self.netns.close()
+        if self.cgroup is not None:
+            self.cgroup.destroy()
+            self.cgroup = None
 
 
 class ProcessWorker(Channel):
@@ -280,11 +297,16 @@ class ProcessWorker(Channel):
             self.pid = self.proc.pid
             if info_r is not None:
                 self.pid = self._read_info(info_r)
-            if home is not None:
-                # The Home goes back only once this pid 1 has exited (see Home).
+                # pid 1 of the sandbox, held by a descriptor: `kill` signals it with no pid-reuse
+                # race, and a Home goes back only once it is readable (pid 1 exited, see Home).
                 self.pidfd = os.pidfd_open(self.pid)
             if use_cgroups and os.geteuid() == 0:
-                self.cgroup = iso.CgroupRoot.get().new_group()
+                if home is not None and home.cgroup is not None:
+                    self.cgroup = home.cgroup  # empty: see Home
+                else:
+                    self.cgroup = iso.CgroupRoot.get().new_group()
+                    if home is not None:
+                        home.cgroup = self.cgroup
                 failed = self.cgroup.set_limits(limits.max_processes + 1, None)
                 self.cgroup.add(self.pid)
                 features += [f for f in self.cgroup.features if f[len("cgroup_"):] not in failed]
@@ -432,12 +454,16 @@ class ProcessWorker(Channel):
         except OSError:
             pass
         if self.proc is not None:
-            # Killing pid 1 of the sandbox's pid namespace kills everything in it.
-            for pid in {self.pid, self.proc.pid}:
-                try:
-                    os.kill(pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            # pid 1 of the sandbox's pid namespace: everything in it dies with it, and bubblewrap,
+            # which waits for it, reaps it and exits (killing bubblewrap too would leave pid 1 a
+            # zombie in the cgroups until the host's init got round to it).
+            try:
+                if self.pidfd is not None:
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                else:
+                    self.proc.kill()
+            except OSError:
+                pass
         return True
 
     def reap(self) -> bool:
@@ -448,6 +474,11 @@ class ProcessWorker(Channel):
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 exited = False
+                self.proc.kill()
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
             if self.proc.stderr:
                 self.proc.stderr.close()
         if self.pidfd is not None:
@@ -460,7 +491,13 @@ class ProcessWorker(Channel):
         elif self.home is not None:
             exited = False  # never saw pid 1: cannot vouch for the Home
         if self.cgroup is not None:
-            self.cgroup.destroy()
+            if self.home is not None and self.home.cgroup is self.cgroup and exited \
+                    and not self.cgroup.procs():
+                pass  # goes back with the Home, empty
+            else:
+                if self.home is not None and self.home.cgroup is self.cgroup:
+                    self.home.cgroup = None
+                self.cgroup.destroy()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         return exited

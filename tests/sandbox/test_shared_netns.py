@@ -154,3 +154,41 @@ def test_without_homes_each_sandbox_makes_its_own_netns():
         res = ex.run(problem, "def f(x):\n    return x * x\n", limits(problem))
     assert res.status is Outcome.PASSED
     assert "net_ns" in res.isolation_features and "net_ns_reused" not in res.isolation_features
+
+
+def _settle(ex, n_homes: int = 1) -> None:
+    """Wait until the reaper has taken every sandbox's Home back."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (ex._reap_queue or len(ex._homes) < n_homes):
+        time.sleep(0.02)
+
+
+def test_a_home_keeps_its_cgroups_only_while_they_are_empty():
+    import subprocess
+    problem = fn_problem(["assert f() == 1"])
+    code = "def f():\n    return 1\n"
+    with ProcessExecutor("cold") as ex:
+        assert ex.run(problem, code, limits(problem)).status is Outcome.PASSED
+        _settle(ex)
+        (home,) = ex._homes
+        assert home.cgroup is not None and home.cgroup.procs() == []
+        paths = dict(home.cgroup.paths)
+        assert ex.run(problem, code, limits(problem)).status is Outcome.PASSED
+        _settle(ex)
+        assert ex._homes == [home] and home.cgroup.paths == paths  # the same cgroups, reused
+
+        # A process still in them when the sandbox is taken back: they are removed, not kept.
+        w = ex._borrow(limits(problem))
+        assert w.home is home and w.cgroup is home.cgroup
+        straggler = subprocess.Popen(["sleep", "30"])
+        try:
+            w.cgroup.add(straggler.pid)
+            ex._give_back(w, True)
+            _settle(ex)
+            assert home.cgroup is None
+            assert straggler.wait(timeout=5) == -9  # killed with the cgroups
+        finally:
+            straggler.kill()
+        assert ex.run(problem, code, limits(problem)).status is Outcome.PASSED
+        _settle(ex)
+        assert home.cgroup is not None and home.cgroup.paths != paths  # fresh ones
