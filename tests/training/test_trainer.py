@@ -100,6 +100,8 @@ def _record_gradients(trainer):
     return recorded
 
 
+# The test wraps optimizer.step to record gradients; torch warns that the scheduler saw a new step.
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden:UserWarning")
 def test_micro_batch_size_never_changes_the_result(tmp_path, tiny_model_dir, train_problems_file, runner):
     # The property: a minibatch's accumulated gradient does not depend on how it is split into
     # micro-batches (global normalisers), whatever the grouping of prompts and packing of completions
