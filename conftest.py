@@ -39,7 +39,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def service_env(django_db_setup, django_db_blocker) -> dict:
+def service_env(django_db_setup, django_db_blocker):
     """Environment for child processes (workers, daphne) so they use the same test database and Redis."""
     from django.conf import settings
     from django.db import connection
@@ -53,7 +53,27 @@ def service_env(django_db_setup, django_db_blocker) -> dict:
         env["DATABASE_URL"] = f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
     else:
         env.pop("DATABASE_URL", None)  # test settings point SQLite at a shared file
-    return env
+    yield env
+    if db["ENGINE"].endswith("postgresql"):
+        _await_other_sessions(django_db_blocker)
+
+
+def _await_other_sessions(django_db_blocker, timeout_s: float = 10.0) -> None:
+    """Before the test database is dropped: PostgreSQL ends a killed worker's backend a moment
+    after the worker is gone, and DROP DATABASE refuses while one is left ("being accessed by
+    other users"). Wait for them, then end any that remain."""
+    from django.db import connection
+
+    others = ("FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            cursor.execute(f"SELECT count(*) {others}")
+            if cursor.fetchone()[0] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        cursor.execute(f"SELECT pg_terminate_backend(pid) {others}")
+    connection.close()
 
 
 def _die_with_pytest() -> None:
