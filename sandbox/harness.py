@@ -273,8 +273,12 @@ def _child(header, fds):
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits["nofile"], limits["nofile"]))
     if limits.get("nproc"):
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-    sys.stdin, sys.stdout, sys.stderr = _STDIO or _new_stdio()
+    # Made here, on the execution's own descriptors: a stream caches whether its file is seekable.
+    sys.stdin, sys.stdout, sys.stderr = _new_stdio()
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    random = sys.modules.get("random")
+    if random is not None:  # what os.fork()'s at-fork hook did (the worker forks with libc's)
+        random.seed()
     sys.argv = ["candidate"]
     sys.setrecursionlimit(10000)
     if header["mode"] == "stdio":
@@ -284,18 +288,13 @@ def _child(header, fds):
 
 
 def _new_stdio():
-    """Text streams on fds 0/1/2, whatever those are when they are written or read: a worker
-    makes them once, unused, and every child it forks takes them over after moving its own
-    execution's descriptors to 0/1/2."""
+    """The candidate's text streams on fds 0/1/2."""
     import io
     return (io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace"),
             io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
                              errors="backslashreplace", write_through=False),
             io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                              errors="backslashreplace", line_buffering=True))
-
-
-_STDIO = None
 
 
 # --- the worker --------------------------------------------------------------------------------
@@ -319,10 +318,10 @@ def _set_dumpable(flag):
 
 def _fork():
     """fork(2) for the worker: libc's, when ctypes is already loaded (long-lived workers), not
-    os.fork(), whose CPython at-fork hooks (re-seeding `random` from urandom, re-initialising
-    interpreter locks) made every child copy ~60 more pages and cost ~0.15 ms. The worker is
-    single-threaded, so there is no lock to re-initialise; `random` in the child then continues
-    the worker's sequence (it is no source of secrets; os.urandom is unaffected)."""
+    os.fork(), whose CPython at-fork hooks (re-initialising interpreter locks and threading,
+    calling registered Python callbacks) made every child copy ~60 more pages and cost ~0.15 ms.
+    The worker is single-threaded and imports neither threading nor logging, so nothing needs
+    them; the one callback registered, `random`'s re-seeding, the child does itself."""
     if _LIBC is not None:
         pid = _LIBC.fork()
         if pid < 0:
@@ -441,16 +440,21 @@ def _prepare_worker(light):
             pass
     _set_dumpable(0)
     _NONDUMPABLE = True
-    global _STDIO
-    _STDIO = _new_stdio()
     import gc
     gc.collect()
     gc.freeze()  # children then do not dirty (copy) every pre-imported object's page in GC passes
 
 
+def _worker_signals():
+    # No handler for SIGINT (Python installs one): pid 1 of a pid namespace receives from inside
+    # it only the signals it handles, so a candidate could otherwise KeyboardInterrupt its worker.
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
+
+
 def worker(ctrl_fd=3, light=False):
     _prepare_worker(light)
-    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
+    _worker_signals()
     ctrl = _socket.socket(fileno=ctrl_fd)
     namespaced = os.getpid() == 1
     scratch = _scratch_dirs(namespaced)
@@ -565,7 +569,7 @@ def relay_worker(light=False):
     4-byte length + marshal; worker -> host frames: 1-byte kind (c=control JSON, o=stdout,
     e=stderr, r=rpc reply bytes) + 4-byte length + payload. Verdicts stay on the host."""
     _prepare_worker(light)
-    _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
+    _worker_signals()
     namespaced = os.getpid() == 1
     scratch = _scratch_dirs(namespaced)
     host_in, host_out = os.dup(0), os.dup(1)

@@ -132,10 +132,14 @@ def _literal_blob(node: ast.AST) -> bytes | None:
         return node.__dict__["_literal_blob"]
     except KeyError:
         pass
-    try:
-        blob = marshal.dumps(ast.literal_eval(node))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        blob = None
+    blob = None
+    # Constants and displays only: literal_eval would also call set(), which the problem may
+    # shadow (the tree walk then leaves it to the child).
+    if not any(isinstance(n, (ast.Call, ast.Name)) for n in ast.walk(node)):
+        try:
+            blob = marshal.dumps(ast.literal_eval(node))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            pass
     node._literal_blob = blob
     return blob
 

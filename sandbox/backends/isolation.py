@@ -42,17 +42,29 @@ _CRED_SYSCALLS = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}
 
 
 class ThreadCredentials:
-    """Run the calling thread alone as `uid`/`gid` with no supplementary groups, keeping the saved
-    uid/gid 0 to come back (`with ThreadCredentials(): Popen(...)`).
+    """Run the calling thread alone as `uid`/`gid` with no supplementary groups, keeping its saved
+    uid to come back (`with ThreadCredentials(): Popen(...)`).
 
     A process started inside inherits these credentials; its exec then sets the saved ids to the
     effective ones and, no id being 0, leaves it without any capability: exactly what setpriv or
     Popen(user=, group=, extra_groups=[]) give, without an extra exec (setpriv, ~1.5 ms of a
-    sandbox start) or a full fork of this process (Popen with user= cannot vfork). The thread
-    regains root on exit; should that ever fail, `__exit__` raises and `broken` is set (callers go
-    back to setpriv), and that thread keeps the lower privileges: nothing it does can exceed them."""
+    sandbox start) or a full fork of this process (Popen with user= cannot vfork).
+
+    For starting bubblewrap only. While a thread is dropped its real uid is `uid`, so another
+    process running as that uid on the host may signal it (SIGKILL/SIGSTOP stop the whole
+    process): a sandboxed payload cannot (it sees only its own pid namespace), but without
+    bubblewrap the payload itself runs as 65534 on the host, and callers then use setpriv.
+    Not used when the process has ambient capabilities (they would survive the drop, since the
+    saved uid stays 0; setpriv changes every id and so clears them), nor on 32-bit Pythons.
+    The thread regains its ids on exit; should that ever fail, `__exit__` raises, `broken` is set
+    (setpriv from then on) and the thread keeps the lower privileges: callers must refuse to use
+    it again (ProcessExecutor checks its credentials before every start)."""
 
     broken = False
+    _lock = threading.Lock()
+    _dropped = 0       # threads dropped right now
+    _dumpable = 1      # the process's dumpable flag before the first of them dropped
+    _ambient: list[bool] = []
 
     def __init__(self, uid: int = NOBODY, gid: int = NOBODY) -> None:
         import platform
@@ -62,8 +74,10 @@ class ThreadCredentials:
     @staticmethod
     def supported() -> bool:
         import platform
-        return os.geteuid() == 0 and platform.machine() in _CRED_SYSCALLS and \
-            not ThreadCredentials.broken
+        if not ThreadCredentials._ambient:
+            ThreadCredentials._ambient.append(_has_ambient_capabilities())
+        return (os.geteuid() == 0 and sys.maxsize > 2 ** 32 and platform.machine() in _CRED_SYSCALLS
+                and not ThreadCredentials.broken and not ThreadCredentials._ambient[0])
 
     def _syscall(self, nr: int, *args) -> None:
         import ctypes
@@ -72,13 +86,17 @@ class ThreadCredentials:
             raise OSError(e, os.strerror(e))
 
     def __enter__(self) -> "ThreadCredentials":
-        self.groups = os.getgroups()
-        self.resgid = os.getresgid()
-        self.dumpable = _libc().prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+        self.resuid, self.resgid, self.groups = os.getresuid(), os.getresgid(), os.getgroups()
+        cls = ThreadCredentials
+        with cls._lock:  # any credential change clears the process's dumpable flag
+            if cls._dropped == 0:
+                cls._dumpable = _libc().prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+            cls._dropped += 1
         try:
             self._syscall(self.nr_setgroups, 0, None)
-            self._syscall(self.nr_setresgid, self.gid, self.gid, 0)
-            self._syscall(self.nr_setresuid, self.uid, self.uid, 0)  # drops effective capabilities
+            self._syscall(self.nr_setresgid, self.gid, self.gid, self.gid)
+            # The saved uid stays: it alone lets the thread come back. Effective capabilities go.
+            self._syscall(self.nr_setresuid, self.uid, self.uid, self.resuid[2])
         except BaseException:
             self._restore()
             raise
@@ -89,18 +107,32 @@ class ThreadCredentials:
 
     def _restore(self) -> None:
         import ctypes
+        cls = ThreadCredentials
         try:
-            self._syscall(self.nr_setresuid, 0, 0, 0)  # allowed by the saved uid 0
+            self._syscall(self.nr_setresuid, *self.resuid)  # allowed by the saved uid
             self._syscall(self.nr_setresgid, *self.resgid)
             groups = (ctypes.c_uint * max(1, len(self.groups)))(*self.groups)
             self._syscall(self.nr_setgroups, len(self.groups), groups)
-            if os.getresuid() != (0, 0, 0) or os.getresgid() != self.resgid:
+            if os.getresuid() != self.resuid or os.getresgid() != self.resgid:
                 raise OSError(errno.EPERM, f"uids {os.getresuid()}, gids {os.getresgid()}")
         except OSError as e:
-            ThreadCredentials.broken = True
-            raise RuntimeError(f"could not restore this thread's root credentials: {e}") from None
-        if self.dumpable == 1:  # any credential change clears it for the whole process
-            _libc().prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+            cls.broken = True  # and the process stays non-dumpable
+            raise RuntimeError(f"could not restore this thread's credentials: {e}") from None
+        with cls._lock:
+            cls._dropped -= 1
+            if cls._dropped == 0 and cls._dumpable == 1:
+                _libc().prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def _has_ambient_capabilities() -> bool:
+    try:
+        with open("/proc/thread-self/status") as f:
+            for line in f:
+                if line.startswith("CapAmb:"):
+                    return int(line.split()[1], 16) != 0
+    except (OSError, ValueError):
+        return True  # cannot tell: assume the worst
+    return False
 
 
 def find_python() -> str:
@@ -470,6 +502,21 @@ class Cgroup:
         if controller is None:
             return []
         return _procs(self.paths[controller])
+
+    def reusable(self) -> bool:
+        """Whether a Home may hand these cgroups to its next sandbox: every controller the root
+        has is still here, each listing could be read and is empty, and the memory peak is reset
+        per execution (v1's max_usage_in_bytes; v2's memory.peak only counts up)."""
+        if set(self.paths) != set(CgroupRoot.get().dirs) or any(self.v2.values()):
+            return False
+        for path in self.paths.values():
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as f:
+                    if f.read().strip():
+                        return False
+            except OSError:
+                return False
+        return True
 
     def sweep(self, keep: set[int]) -> int:
         """SIGKILL every process in the cgroup except `keep`; returns how many it found."""

@@ -57,8 +57,9 @@ def harness_dir() -> str:
     global _HARNESS_DIR
     with _HARNESS_LOCK:
         if _HARNESS_DIR is None or not os.path.exists(os.path.join(_HARNESS_DIR, "harness.py")):
+            # Built while only we can enter it (mkdtemp: 0700), opened to others at the end: no
+            # one can plant a link for the chmod walk below to follow, whatever our umask.
             d = tempfile.mkdtemp(prefix="crucible-harness-")
-            os.chmod(d, 0o755)
             src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
             dst = os.path.join(d, "harness.py")
             shutil.copyfile(src, dst)
@@ -75,12 +76,13 @@ def harness_dir() -> str:
                     shutil.copyfile(os.path.join("/etc", name), os.path.join(d, "etc", name))
                 except OSError:
                     pass  # absent on this host: absent in the sandbox too
-            for root, dirs, files in os.walk(d):  # before dev/: never chmod through a symlink
-                for name in dirs:
-                    os.chmod(os.path.join(root, name), 0o755)
-                for name in files:
-                    os.chmod(os.path.join(root, name), 0o644)
+            for root, dirs, files in os.walk(d):
+                for name in dirs + files:
+                    path = os.path.join(root, name)
+                    if not os.path.islink(path):  # chmod would follow it
+                        os.chmod(path, 0o755 if name in dirs else 0o644)
             _DEV_READY[0] = _make_dev(os.path.join(d, "dev"))
+            os.chmod(d, 0o755)
             import atexit
             atexit.register(shutil.rmtree, d, True)
             _HARNESS_DIR = d
@@ -275,8 +277,9 @@ class ProcessWorker(Channel):
                     starting.enter_context(home.netns.entered())
                 if as_root:
                     # Started as uid/gid 65534 with no groups and no capabilities, three ways from
-                    # cheapest: this thread's own credentials, setpriv, Popen(user=) (a full fork).
-                    if iso.ThreadCredentials.supported():
+                    # cheapest: this thread's own credentials (bubblewrap only: see
+                    # ThreadCredentials), setpriv, Popen(user=) (a full fork of this process).
+                    if bwrap and iso.ThreadCredentials.supported():
                         starting.enter_context(iso.ThreadCredentials(iso.NOBODY, iso.NOBODY))
                     elif iso.find_setpriv():
                         argv = [iso.find_setpriv(), f"--reuid={iso.NOBODY}", f"--regid={iso.NOBODY}",
@@ -492,7 +495,7 @@ class ProcessWorker(Channel):
             exited = False  # never saw pid 1: cannot vouch for the Home
         if self.cgroup is not None:
             if self.home is not None and self.home.cgroup is self.cgroup and exited \
-                    and not self.cgroup.procs():
+                    and self.cgroup.reusable():
                 pass  # goes back with the Home, empty
             else:
                 if self.home is not None and self.home.cgroup is self.cgroup:
@@ -522,6 +525,7 @@ class ProcessExecutor(Executor):
         self._homes: list[Home] = []       # clean, ready to lend
         self._homes_all: set[Home] = set()  # every Home this executor made and has not closed
         self.options = dict(use_bwrap=use_bwrap, use_seccomp=use_seccomp, use_cgroups=use_cgroups)
+        self._credentials = os.getresuid()
         self.max_executions = max_executions_per_worker
         self._idle: list[ProcessWorker] = []
         self._all: set[ProcessWorker] = set()
@@ -571,6 +575,10 @@ class ProcessExecutor(Executor):
 
     def _start(self, limits: Limits, light: bool) -> ProcessWorker:
         """Start a worker (on a spawner thread); one-shot ones get a Home when homes are in use."""
+        if os.getresuid() != self._credentials:
+            # A thread whose credentials could not be restored (ThreadCredentials): fail closed.
+            raise WorkerBroken(f"this sandbox-spawn thread runs as {os.getresuid()}, not "
+                               f"{self._credentials}: refusing to start sandboxes from it")
         home = self._lease_home() if light else None
         try:
             return ProcessWorker(limits, light=light, home=home, **self.options)
@@ -705,7 +713,7 @@ class ProcessExecutor(Executor):
         if self.mode != "warm":
             return
         limits = limits or Limits()
-        futures = [self._spawner.submit(ProcessWorker, limits, **self.options) for _ in range(n)]
+        futures = [self._spawner.submit(self._start, limits, False) for _ in range(n)]
         ws = [f.result() for f in futures]
         with self._lock:
             self._all.update(ws)

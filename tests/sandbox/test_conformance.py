@@ -713,3 +713,33 @@ def test_a_loop_test_fails_on_the_first_wrong_value(executor):
     res = run(executor, LOOPED, "def f(x):\n    return x * x if x < 3 else 0\n")
     assert [t.passed for t in res.tests] == [False, False, False]
     assert res.tests[0].error == "AssertionError: assert f(x) == x * x"
+
+
+def test_each_execution_gets_fresh_random_state_and_honest_streams(executor):
+    p = fn_problem(["assert f() is False"])
+    code = """
+        import random, sys
+        def f():
+            print(random.random())
+            return sys.stdout.seekable()  # a pipe: False
+    """
+    results = [run(executor, p, code) for _ in range(3)]
+    assert all(r.status is Outcome.PASSED for r in results), [r.to_dict() for r in results]
+    draws = {r.stdout for r in results}
+    assert len(draws) == 3, draws
+
+
+def test_interrupting_the_worker_changes_nothing(executor):
+    res = run(executor, fn_problem(["assert f() == 1"]), """
+        import os, signal, time
+        def f():
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+                try:
+                    os.kill(1, sig)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+            return 1
+    """)
+    assert res.status is Outcome.PASSED, res.to_dict()
+    assert run(executor, SQUARE, "def f(x):\n    return x * x\n").status is Outcome.PASSED

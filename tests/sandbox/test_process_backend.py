@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -114,11 +115,11 @@ def test_only_the_starting_thread_drops_to_nobody_and_it_comes_back():
     assert os.getresuid() == (0, 0, 0) and os.getgroups() == groups  # the rest of the process
     done.set()
     t.join()
-    assert seen["thread"] == ((65534, 65534, 0), (65534, 65534, 0), [])
+    assert seen["thread"] == ((65534, 65534, 0), (65534, 65534, 65534), [])
     child = dict(line.split(":\t", 1) for line in seen["child"].splitlines() if ":\t" in line)
     assert child["Uid"].split() == ["65534"] * 4 and child["Gid"].split() == ["65534"] * 4
     assert child["Groups"].strip() == ""
-    assert int(child["CapPrm"], 16) == 0 and int(child["CapEff"], 16) == 0
+    assert all(int(child[c], 16) == 0 for c in ("CapPrm", "CapEff", "CapInh", "CapAmb"))
     assert seen["after"] == ((0, 0, 0), (0, 0, 0))
 
 
@@ -154,3 +155,84 @@ def test_a_cgroups_process_list_is_current_at_every_read():
         assert cg.procs() == []
     finally:
         cg.destroy()
+
+
+@pytest.mark.skipif(not ThreadCredentials.supported(), reason="needs root on x86_64/aarch64")
+def test_concurrent_starts_leave_the_process_dumpable():
+    import ctypes
+    import threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(3, 0, 0, 0, 0) == 1  # PR_GET_DUMPABLE
+
+    def start_some():
+        for _ in range(30):
+            with ThreadCredentials():
+                subprocess.run(["true"])
+
+    threads = [threading.Thread(target=start_some) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert libc.prctl(3, 0, 0, 0, 0) == 1
+
+
+@pytest.mark.skipif(not ThreadCredentials.supported() or not shutil.which("setpriv"),
+                    reason="needs root, setpriv and ThreadCredentials")
+def test_with_ambient_capabilities_sandboxes_start_through_setpriv_and_get_none():
+    """Ambient capabilities survive a drop that keeps the saved uid 0: such a process must not
+    use ThreadCredentials (setpriv changes every id and so clears them)."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        problem = os.path.join(d, "p.json")
+        code = os.path.join(d, "c.py")
+        with open(problem, "w") as f:
+            json.dump({"id": "p", "kind": "stdio", "test_cases": [{"input": "", "output": "0"}]}, f)
+        with open(code, "w") as f:
+            f.write("print(int(open('/proc/self/status').read().split('CapEff:')[1].split()[0], 16))\n")
+        caps = "+dac_override,+dac_read_search"
+        out = subprocess.run(
+            ["setpriv", f"--inh-caps={caps}", f"--ambient-caps={caps}", "--", sys.executable, "-c",
+             "import sys; from sandbox.backends.isolation import ThreadCredentials as T; "
+             "print(T.supported()); from sandbox import cli; sys.exit(cli.main(['run', '--problem', "
+             f"{problem!r}, '--code', {code!r}]))"],
+            capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
+                os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, result = out.stdout.split("\n", 1)
+    assert first == "False"
+    assert json.loads(result)["status"] == "passed", result  # the payload's CapEff is 0
+
+
+def test_without_bubblewrap_the_spawning_thread_never_drops_itself(monkeypatch):
+    entered = []
+    monkeypatch.setattr(ThreadCredentials, "__enter__", lambda self: entered.append(1) or self)
+    with ProcessExecutor("warm", use_bwrap=False) as ex:
+        res = ex.run(SQUARE, GOOD, limits(SQUARE))
+    assert res.status is Outcome.PASSED and res.isolation == "rlimits" and entered == []
+
+
+def test_a_spawner_thread_with_other_credentials_starts_nothing():
+    from sandbox.backends.base import WorkerBroken
+    with ProcessExecutor("warm") as ex:
+        ex._credentials = (12345, 12345, 12345)  # as if this thread had failed to come back
+        with pytest.raises(WorkerBroken, match="refusing"):
+            ex._spawner.submit(ex._start, limits(SQUARE), False).result()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root here")
+def test_cgroups_missing_a_controller_are_not_reused():
+    from sandbox.backends.isolation import CgroupRoot
+    cg = CgroupRoot.get().new_group()
+    if len(cg.paths) < 2:
+        pytest.skip(f"needs pids and memory cgroups: {cg.errors}")
+    gone = None
+    try:
+        assert cg.reusable() is (not any(cg.v2.values()))
+        gone = cg.paths.pop("memory")  # as when a worker could not join it
+        assert not cg.reusable()
+    finally:
+        cg.destroy()
+        if gone:
+            os.rmdir(gone)

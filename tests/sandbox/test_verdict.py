@@ -95,3 +95,19 @@ def test_the_evaluator_never_calls_a_shadowed_builtin():
 ])
 def test_stdio_checkers_compare_the_whole_output(checker, expected, actual, ok):
     assert compare_output(checker, expected, actual)[0] is ok
+
+
+def test_a_display_calling_a_shadowed_set_is_not_taken_as_a_literal():
+    source = "[set(), 1]"
+    ev = Evaluator(source, lambda src, b: ("asked", src), frozenset({"set"}))
+    node = ast.parse(source, mode="eval").body
+    assert ev.eval(node) == [("asked", "set()"), 1]
+    assert Evaluator(source, None, frozenset()).eval(node) == [set(), 1]  # not shadowed: trusted
+
+
+def test_literal_displays_come_back_as_fresh_objects():
+    node = ast.parse("[[1, 2], {'a': (3,)}]", mode="eval").body
+    ev = Evaluator("", None, frozenset())
+    first = ev.eval(node)
+    first[0].append(99)
+    assert ev.eval(node) == [[1, 2], {"a": (3,)}]
