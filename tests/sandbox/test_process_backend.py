@@ -236,3 +236,24 @@ def test_cgroups_missing_a_controller_are_not_reused():
         cg.destroy()
         if gone:
             os.rmdir(gone)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root here")
+def test_the_sweep_kills_every_process_but_the_ones_kept():
+    from sandbox.backends.isolation import CgroupRoot
+    cg = CgroupRoot.get().new_group()
+    if not cg.paths:
+        pytest.skip(f"no cgroups: {cg.errors}")
+    kept, stray = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
+    try:
+        cg.add(kept.pid)
+        assert cg.sweep({kept.pid}) == 0
+        cg.add(stray.pid)
+        assert cg.sweep({kept.pid}) == 1
+        assert stray.wait(timeout=5) == -9 and kept.poll() is None
+        assert cg.sweep({kept.pid}) == 0
+    finally:
+        for p in (kept, stray):
+            p.kill()
+            p.wait()
+        cg.destroy()
