@@ -196,8 +196,9 @@ class Home:
     ipc, uts, user and cgroup namespaces and a fresh tmpfs.
 
     A Home also keeps the pids and memory cgroups its sandboxes run in, on the same terms: they
-    go back with it only empty (no process left in them), with their limits already written,
-    which saves two mkdir, two rmdir and three writes per cold start."""
+    go back with it only empty (no process left in them; see Cgroup.reusable for the rest), with
+    their limits already written, which saves two mkdir, two rmdir and three writes per cold
+    start."""
 
     def __init__(self, netns: iso.EmptyNetns):
         self.netns = netns
