@@ -59,7 +59,8 @@ def harness_dir() -> str:
         if _HARNESS_DIR is None or not os.path.exists(os.path.join(_HARNESS_DIR, "harness.py")):
             # Built while only we can enter it (mkdtemp: 0700), opened to others at the end: no
             # one can plant a link for the chmod walk below to follow, whatever our umask.
-            d = tempfile.mkdtemp(prefix="crucible-harness-")
+            d = tempfile.mkdtemp(prefix=f"crucible-harness-{os.getpid()}-")
+            _remove_stale_harness_dirs(os.path.dirname(d))
             src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
             dst = os.path.join(d, "harness.py")
             shutil.copyfile(src, dst)
@@ -87,6 +88,23 @@ def harness_dir() -> str:
             atexit.register(shutil.rmtree, d, True)
             _HARNESS_DIR = d
         return _HARNESS_DIR
+
+
+def _remove_stale_harness_dirs(parent: str) -> None:
+    """Remove the harness directories of processes that ended without running their atexit
+    cleanup (a Celery pool process ends with os._exit; a killed one runs nothing): each name
+    carries its owner's pid. Only our own user's real directories, never through a link."""
+    import glob
+    import stat
+    for path in glob.glob(os.path.join(parent, "crucible-harness-*-*")):
+        try:
+            owner = int(os.path.basename(path).split("-")[2])
+            st = os.lstat(path)
+        except (ValueError, IndexError, OSError):
+            continue
+        if owner != os.getpid() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() \
+                and not os.path.exists(f"/proc/{owner}"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 _ETC_FILES = ("ld.so.cache", "localtime", "nsswitch.conf")

@@ -257,3 +257,18 @@ def test_the_sweep_kills_every_process_but_the_ones_kept():
             p.kill()
             p.wait()
         cg.destroy()
+
+
+def test_harness_directories_of_ended_processes_are_removed(tmp_path):
+    from sandbox.backends import process
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    stale = tmp_path / f"crucible-harness-{ended.pid}-abc"
+    alive = tmp_path / f"crucible-harness-{os.getppid()}-def"
+    other = tmp_path / "crucible-harness-xyz"  # not ours to judge
+    for d in (stale, alive, other):
+        (d / "dev").mkdir(parents=True)
+    link = tmp_path / f"crucible-harness-{ended.pid}-link"  # a link is never followed
+    link.symlink_to(alive)
+    process._remove_stale_harness_dirs(str(tmp_path))
+    assert not stale.exists() and alive.exists() and other.exists() and link.is_symlink()
