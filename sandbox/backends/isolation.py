@@ -80,10 +80,8 @@ class ThreadCredentials:
                 and not ThreadCredentials.broken and not ThreadCredentials._ambient[0])
 
     def _syscall(self, nr: int, *args) -> None:
-        import ctypes
         if _libc().syscall(nr, *args) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, os.strerror(e))
+            raise _libc_error("syscall")
 
     def __enter__(self) -> "ThreadCredentials":
         self.resuid, self.resgid, self.groups = os.getresuid(), os.getresgid(), os.getgroups()
@@ -324,12 +322,17 @@ def _remove_stale(parent: str) -> None:
             pass
 
 
-def _procs(path: str) -> list[int]:
+def _listing(path: str) -> list[int] | None:
+    """The pids in a cgroup's cgroup.procs, or None when it cannot be read."""
     try:
         with open(os.path.join(path, "cgroup.procs")) as f:
             return [int(x) for x in f.read().split()]
     except (OSError, ValueError):
-        return []
+        return None
+
+
+def _procs(path: str) -> list[int]:
+    return _listing(path) or []
 
 
 def _kill_and_rmdir(path: str, wait_s: float = 2.0) -> bool:
@@ -509,14 +512,7 @@ class Cgroup:
         per execution (v1's max_usage_in_bytes; v2's memory.peak only counts up)."""
         if set(self.paths) != set(CgroupRoot.get().dirs) or any(self.v2.values()):
             return False
-        for path in self.paths.values():
-            try:
-                with open(os.path.join(path, "cgroup.procs")) as f:
-                    if f.read().strip():
-                        return False
-            except OSError:
-                return False
-        return True
+        return all(_listing(path) == [] for path in self.paths.values())  # None: unreadable
 
     def sweep(self, keep: set[int]) -> int:
         """SIGKILL every process in the cgroup except `keep`; returns how many it found."""
@@ -589,11 +585,16 @@ def _libc():
     return _LIBC
 
 
+def _libc_error(call: str) -> OSError:
+    """The OSError for a failed libc call made through ctypes (errno from ctypes' copy)."""
+    import ctypes
+    e = ctypes.get_errno()
+    return OSError(e, f"{call}: {os.strerror(e)}")
+
+
 def _setns(fd: int, what: str) -> None:
     if _libc().setns(fd, CLONE_NEWNET) != 0:
-        import ctypes
-        e = ctypes.get_errno()
-        raise OSError(e, f"setns into {what}: {os.strerror(e)}")
+        raise _libc_error(f"setns into {what}")
 
 
 class EmptyNetns:
@@ -610,9 +611,7 @@ class EmptyNetns:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             if libc.unshare(CLONE_NEWNET) != 0:
-                import ctypes
-                e = ctypes.get_errno()
-                raise OSError(e, f"unshare(CLONE_NEWNET): {os.strerror(e)}")
+                raise _libc_error("unshare(CLONE_NEWNET)")
             try:
                 self.fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
                 self.inode = os.fstat(self.fd).st_ino

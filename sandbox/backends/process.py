@@ -7,7 +7,8 @@ terminal to inject into); killed with its parent; a cleared, allow-listed enviro
 root holding only /usr (nothing of /root, /home, /work, /var, the host's /proc; of /etc only the
 dynamic loader's cache, localtime and nsswitch.conf); a fresh /proc; a /dev of null, zero, full,
 random and urandom; a size-limited tmpfs scratch as the working directory (also /tmp; /dev/shm
-links to it, so it is no second writable place); a seccomp filter; its own pids and memory cgroups. Inside, harness.py's worker is pid 1.
+links to it, so it is no second writable place); a seccomp filter; its own pids and memory
+cgroups. Inside, harness.py's worker is pid 1.
 
 warm mode: a worker serves many executions, forking a fresh child for each and killing every process
 of the execution afterwards; it is recycled after `max_executions_per_worker` or any anomaly.
@@ -513,11 +514,9 @@ class ProcessWorker(Channel):
         elif self.home is not None:
             exited = False  # never saw pid 1: cannot vouch for the Home
         if self.cgroup is not None:
-            if self.home is not None and self.home.cgroup is self.cgroup and exited \
-                    and self.cgroup.reusable():
-                pass  # goes back with the Home, empty
-            else:
-                if self.home is not None and self.home.cgroup is self.cgroup:
+            homes = self.home is not None and self.home.cgroup is self.cgroup
+            if not (homes and exited and self.cgroup.reusable()):  # else it goes back with the Home
+                if homes:
                     self.home.cgroup = None
                 self.cgroup.destroy()
         if self.scratch:
