@@ -70,8 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ev.set_defaults(func=cmd_eval)
 
-    tiny = sub.add_parser("tiny-model", help="build the ~1M-parameter Qwen3-architecture demo model offline")
+    tiny = sub.add_parser("tiny-model", help="build the ~1M-parameter Qwen demo model offline")
     tiny.add_argument("--out", type=Path, required=True, help="output directory (Hugging Face format)")
+    tiny.add_argument("--arch", default="qwen3", choices=("qwen3", "qwen3_5"),
+                      help="qwen3: dense Qwen3 (default); qwen3_5: Qwen3.5's hybrid linear/full-attention text stack")
     tiny.add_argument("--warmup-problems", type=Path, help="warm-start on this problem file's train split")
     tiny.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps (default 400)")
     tiny.add_argument("--seed", type=int, default=0)
@@ -259,7 +261,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     if args.warmup_steps < 1:
         raise UsageError(f"--warmup-steps must be >= 1, got {args.warmup_steps}")
     _set_threads(args.threads)
-    out = build_tiny_model(args.out, warmup_problems=args.warmup_problems, seed=args.seed,
+    out = build_tiny_model(args.out, warmup_problems=args.warmup_problems, seed=args.seed, arch=args.arch,
                            warmup_steps=args.warmup_steps, log=lambda m: print(m, file=sys.stderr))
     info = json.loads((out / "crucible_tiny.json").read_text())
     if args.measure:

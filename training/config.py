@@ -39,6 +39,7 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 WARMUPS = ("none", "stable_then_fast")
 LR_DECAYS = ("constant", "linear", "cosine")
 SANDBOX_MODES = ("warm", "cold")
+OVERLONG_MODES = ("none", "mask", "soft")
 
 # Completion-style prompts end with a signature + docstring; the model should write only the body,
 # so anything that starts a new top-level statement ends the candidate.
@@ -179,10 +180,16 @@ class SamplingConfig(_Section):
     """completion: the model continues the problem's prompt; chat: chat template, code in a fenced block."""
     stop: tuple[str, ...] | None = None
     """Strings that end a completion (cut before the first one); null = default for the prompt style."""
+    thinking: bool = False
+    """Thinking chat models (Qwen3, Qwen3.5): let the model reason first (the chat template's enable_thinking);
+    the code is then the last fenced block after </think>, and a reply whose thinking never closed gets none."""
 
     def _check(self) -> None:
         if self.stop is not None and any(s == "" for s in self.stop):
             raise ConfigError("stop", "must not contain an empty string (it would cut every completion to nothing)")
+        if self.thinking and self.prompt_style != "chat":
+            raise ConfigError("thinking", "needs prompt_style: chat (thinking is a chat template setting); "
+                                          "set prompt_style: chat or thinking: false")
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -217,6 +224,16 @@ class RewardWeights(_Section):
 
 
 @dataclass(frozen=True)
+class OverlongConfig(_Section):
+    """What happens to candidates that hit max_new_tokens (cut off mid-answer)."""
+
+    mode: str = _field("none", choices=OVERLONG_MODES)
+    """none: scored as they are; mask: left out of the loss; soft: DAPO's length penalty over the last buffer_tokens."""
+    buffer_tokens: int = _field(256, ge=1, le=1_000_000)
+    """soft: the penalty grows linearly from 0 to -1 over the last buffer_tokens before max_new_tokens."""
+
+
+@dataclass(frozen=True)
 class RewardConfig(_Section):
     """How execution results become a scalar reward per candidate."""
 
@@ -228,6 +245,8 @@ class RewardConfig(_Section):
     """Clip advantages to [-clip, clip] after normalisation; null = no clipping."""
     repeats: int = _field(1, ge=1, le=10)
     """Execute each candidate this many times and average its rewards (for noisy tests)."""
+    overlong: OverlongConfig = _field(factory=OverlongConfig)
+    """Truncated candidates (hit max_new_tokens): kept, masked out of the loss, or softly penalised."""
 
 
 @dataclass(frozen=True)
@@ -262,6 +281,9 @@ class PPOConfig(_Section):
     """Leave out groups whose candidates all got the same reward (no learning signal; dynamic sampling)."""
     weight_decay: float = _field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
+    tis_cap: float | None = _field(None, ge=1.0, le=100.0)
+    """Truncated importance sampling: weight each token's loss by min(pi_old / pi_sampler, tis_cap) to correct
+    sampler/trainer log-prob mismatch (e.g. 2.0); null = off."""
 
     def _check(self) -> None:
         if self.clip_range_high is not None and self.clip_range_high <= self.clip_range:
@@ -388,7 +410,7 @@ class RunConfig(_Section):
                 f"(problems_per_step x candidates_per_problem); use at most {batch}, or null for the whole batch")
 
 
-SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, RewardConfig, PPOConfig,
+SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConfig, RewardConfig, PPOConfig,
             ScheduleConfig, TrainConfig, SandboxConfig, RunConfig)
 
 

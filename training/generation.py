@@ -66,6 +66,11 @@ class GenerationBatch:
     """Tokens sampled per sequence before cutting (the work done; for tokens/s)."""
     prompts: list[str] = field(default_factory=list)
     """The prompt strings, one per input prompt (not per sequence)."""
+    sampler_logprobs: list[list[float]] = field(default_factory=list)
+    """Per sequence, the sampler's log-probability of each kept completion token under
+    ``softmax(logits / temperature)`` (no top-k/top-p cut: the distribution the trainer scores), one
+    per ``completion_ids`` entry. Compared with the trainer's old-policy log-probs of the same tokens
+    under the same weights, it measures sampler/trainer mismatch (``rollout/mismatch_kl``)."""
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -73,6 +78,11 @@ class GenerationBatch:
     @property
     def num_generated_tokens(self) -> int:
         return sum(self.generated_tokens)
+
+    @property
+    def truncated(self) -> list[bool]:
+        """Per sequence: generation hit ``max_new_tokens`` (no EOS, no stop string)."""
+        return [r == "length" for r in self.finish_reasons]
 
     def padded(self, pad_token_id: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
         """Tensors to score the completions with one forward pass.
@@ -87,6 +97,8 @@ class GenerationBatch:
           completion token ``j`` sit at position ``P + j - 1``
         * ``prompt_length`` P (python int, via ``int(t["prompt_length"])``)
         * ``prompt_index``   (B,)        ``prompt_index`` of each sequence (which rows share a prompt)
+        * ``sampler_logprobs`` (B, C)    the sampler's log-probs of the completion tokens (0 on padding),
+          when recorded
         """
         b = len(self)
         p = max(len(x) for x in self.prompt_ids)
@@ -105,17 +117,25 @@ class GenerationBatch:
         out = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
                "completion_mask": completion_mask, "prompt_length": torch.tensor(p),
                "prompt_index": torch.tensor(self.prompt_index, dtype=torch.long)}
+        if len(self.sampler_logprobs) == b:
+            sampler = torch.zeros((b, c), dtype=torch.float32)  # (B, C)
+            for i, lp in enumerate(self.sampler_logprobs):
+                if lp:
+                    sampler[i, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
+            out["sampler_logprobs"] = sampler
         if device is not None:
             out = {k: v.to(device) for k, v in out.items()}
         return out
 
 
-def build_prompt(problem: Any, tokenizer: Any, prompt_style: str) -> str:
+def build_prompt(problem: Any, tokenizer: Any, prompt_style: str, thinking: bool = False) -> str:
     """The text the model continues.
 
     ``completion``: the problem's own prompt (HumanEval style: signature + docstring; the model
     writes the body). ``chat``: the tokenizer's chat template with a system message and a user
-    message asking for the solution in a fenced python block, ending with the assistant turn opener.
+    message asking for the solution in a fenced python block, ending with the assistant turn opener;
+    ``thinking`` is the template's ``enable_thinking`` (Qwen3/Qwen3.5: off pre-fills an empty
+    ``<think></think>`` block so the model answers at once; on lets it reason first).
     """
     prompt = _get(problem, "prompt") or ""
     if prompt_style == "completion":
@@ -136,8 +156,18 @@ def build_prompt(problem: Any, tokenizer: Any, prompt_style: str) -> str:
                 f"```python\n{prompt.rstrip()}\n```")
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                         enable_thinking=False)
+                                         enable_thinking=bool(thinking))
     return text if isinstance(text, str) else tokenizer.decode(text)
+
+
+THINK_CLOSE = "</think>"
+
+
+def answer_after_thinking(reply: str) -> str | None:
+    """The answer of a thinking model's reply: the text after its last ``</think>``; None when the
+    thinking never closed (cut off at the token limit), so that such a reply gets no code."""
+    end = reply.rfind(THINK_CLOSE)
+    return None if end < 0 else reply[end + len(THINK_CLOSE):]
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -233,9 +263,11 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
         with rng:
             if generator_seed is not None:
                 torch.manual_seed(generator_seed)
-            sequences = _sample(_forward_model(model), input_ids, attention_mask, num_return_sequences, sampling,
-                                eos_ids, pad_id, _StopOnStrings(tokenizer, stops, 0) if stops else None, cache_kwarg)
-        return _batch(sequences.tolist(), encoded, prompts, num_return_sequences, tokenizer, stops, eos_ids, pad_id)
+            sequences, logprobs = _sample(_forward_model(model), input_ids, attention_mask, num_return_sequences,
+                                          sampling, eos_ids, pad_id,
+                                          _StopOnStrings(tokenizer, stops, 0) if stops else None, cache_kwarg)
+        return _batch(sequences.tolist(), encoded, prompts, num_return_sequences, tokenizer, stops, eos_ids, pad_id,
+                      logprobs.tolist())
 
     # Fallback (a model whose forward takes no KV cache argument): Hugging Face generate.
     # Repeat each prompt n times ourselves: generate refuses num_return_sequences > 1 when greedy.
@@ -252,6 +284,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
         epsilon_cutoff=0.0, eta_cutoff=0.0, num_beams=1, use_cache=True,
         num_return_sequences=1,
         pad_token_id=pad_id, eos_token_id=eos_ids or None,
+        output_logits=True, return_dict_in_generate=True,  # raw logits: the sampler's log-probs
     )
     criteria = StoppingCriteriaList([_StopOnStrings(tokenizer, stops, p_len)]) if stops else None
     with rng:
@@ -259,9 +292,12 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
             torch.manual_seed(generator_seed)
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                              generation_config=gen_config, stopping_criteria=criteria)
-    sequences = out.sequences if hasattr(out, "sequences") else out  # (N * n, P + T)
-    return _batch(sequences[:, p_len:].tolist(), encoded, prompts, num_return_sequences, tokenizer, stops,
-                  eos_ids, pad_id)
+    generated = out.sequences[:, p_len:]  # (N * n, T)
+    scale = 1.0 if greedy else float(sampling.temperature)
+    logprobs = torch.stack([(step.float() / scale).log_softmax(-1) for step in out.logits], 1)  # (N * n, T, V)
+    logprobs = logprobs.gather(-1, generated[:, :, None]).squeeze(-1)  # (N * n, T)
+    return _batch(generated.tolist(), encoded, prompts, num_return_sequences, tokenizer, stops, eos_ids, pad_id,
+                  logprobs.tolist())
 
 
 def _forward_model(model: Any) -> Any:
@@ -291,14 +327,16 @@ def _cache_kwarg(model: Any) -> str | None:
 
 
 def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, sampling: SamplingConfig,
-            eos_ids: list[int], pad_id: int, stop: _StopOnStrings | None, cache_kwarg: str) -> torch.Tensor:
+            eos_ids: list[int], pad_id: int, stop: _StopOnStrings | None, cache_kwarg: str
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sampling loop of ``generate`` without its overhead: each prompt is prefilled once and its KV
     cache shared by its ``n`` sequences (``_SharedPrefix``) or, where that does not apply, repeated
     for them. Same distribution and order of processors as
     ``generate``: ``softmax(top_p(top_k(logits / temperature)))``, argmax when ``temperature == 0``;
     a finished row (EOS or stop string) is padded with ``pad_id`` afterwards.
 
-    input_ids, attention_mask: (N, P) left-padded -> generated ids (N * n, T), T <= max_new_tokens
+    input_ids, attention_mask: (N, P) left-padded -> generated ids (N * n, T), T <= max_new_tokens,
+    and their sampler log-probs (N * n, T)
     """
     from transformers import DynamicCache
 
@@ -309,10 +347,10 @@ def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n
     max_new = sampling.max_new_tokens
     prefix = _SharedPrefix.build(model, cache, attention_mask, n)
     if prefix is not None:  # the prompts' keys/values stay one per prompt; the cache holds completions only
-        cache = DynamicCache(config=model.config)
-    else:
-        if n > 1:
-            cache.batch_repeat_interleave(n)
+        prefix.detach_prompt(cache)
+    if n > 1:  # linear-attention state (and, without a shared prefix, the prompt's keys/values) per candidate
+        select_cache_rows(cache, torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(n))
+    if prefix is None:
         _preallocate(cache, max_new)
     logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)  # (B, V), B = N * n
     position = position_ids[:, -1:].repeat_interleave(n, dim=0)  # (B, 1)
@@ -326,11 +364,12 @@ def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n
 
 def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask: torch.Tensor, p: int, cache: Any,
                  cache_kwarg: str, sampling: SamplingConfig, eos_ids: list[int], pad_id: int,
-                 stop: _StopOnStrings | None, prefix: "_SharedPrefix | None") -> torch.Tensor:
-    """Sample token by token from the prefill's last ``logits`` (B, V) -> generated ids (B, T).
+                 stop: _StopOnStrings | None, prefix: "_SharedPrefix | None") -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample token by token from the prefill's last ``logits`` (B, V) -> generated ids (B, T) and
+    their log-probs under ``softmax(logits / temperature)`` (B, T).
 
-    With a shared prefix, finished rows leave the batch (``active``: the rows still decoding) once a
-    quarter of it has finished, so the forward passes stop computing them. Sampling still draws the
+    Finished rows leave the batch (``active``: the rows still decoding) once a quarter of it has
+    finished, so the forward passes stop computing them (every cache layer type drops their rows). Sampling still draws the
     random numbers of the whole batch, exactly as ``torch.multinomial`` on (B, V) probabilities
     does (``argmax(p / q)``, ``q ~ Exp(1)`` per entry), so the draws do not depend on which rows are
     still decoding.
@@ -341,9 +380,12 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
     done = torch.zeros(b, dtype=torch.bool, device=device)  # (B,)
     active = torch.arange(b, device=device)  # (B',) rows still in the decoding batch
     temperature, top_k, top_p = float(sampling.temperature), int(sampling.top_k), float(sampling.top_p)
+    scale = temperature if temperature > 0 else 1.0  # the trainer scores greedy samples at temperature 1
     tokens: list[torch.Tensor] = []
+    logprobs: list[torch.Tensor] = []
     for t in range(max_new):
         scores = logits.float()  # (B', V)
+        policy_logprobs = (scores / scale).log_softmax(-1)  # (B', V) what the trainer will score
         if temperature == 0:
             drawn = scores.argmax(-1)  # (B',)
         else:
@@ -368,6 +410,9 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
         nxt[active] = drawn
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens.append(nxt)
+        lp = torch.zeros(b, dtype=torch.float32, device=device)  # (B,)
+        lp[active] = policy_logprobs.gather(-1, drawn[:, None]).squeeze(-1)
+        logprobs.append(lp)
         if eos.numel():
             done = done | torch.isin(nxt, eos)
         if stop is not None:
@@ -375,13 +420,13 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
         if t == max_new - 1 or bool(done.all()):
             break
         position = position + 1
-        if prefix is not None:
-            finished = done[active]  # (B',)
-            n_finished = int(finished.sum())
-            if n_finished and n_finished * 4 >= active.numel():
-                keep = (~finished).nonzero().flatten()  # (B'',)
-                active, position = active[keep], position[keep]
-                cache.batch_select_indices(keep)
+        finished = done[active]  # (B',)
+        n_finished = int(finished.sum())
+        if n_finished and n_finished * 4 >= active.numel():
+            keep = (~finished).nonzero().flatten()  # (B'',)
+            active, position, mask = active[keep], position[keep], mask[keep]
+            select_cache_rows(cache, keep)
+            if prefix is not None:
                 prefix.rows = active
         # With a shared prefix every key in the cache is a sampled token (none is padding): no mask.
         step_mask = None if prefix is not None else mask[:, :p + t + 1]
@@ -390,7 +435,7 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
         if prefix is not None and t == 0:
             _preallocate(cache, max_new)
         logits = out.logits[:, -1, :]
-    return torch.stack(tokens, 1)  # (B, T)
+    return torch.stack(tokens, 1), torch.stack(logprobs, 1)  # (B, T), (B, T)
 
 
 _PREFIX_ATTENTION = "crucible_shared_prefix"
@@ -406,8 +451,9 @@ class _SharedPrefix:
     ``softmax([q K_prompt^T + padding bias | q K_gen^T] * scale) [V_prompt; V_gen]`` — the same
     function as attention over the concatenation (tested against the plain loop).
 
-    Used only where this is known to be exact: float32 models whose every layer is plain full
-    attention with a plain ``DynamicLayer`` cache (no sliding window, no linear-attention state) and
+    Used only where this is known to be exact: float32 models whose layers are plain full attention
+    with a plain ``DynamicLayer`` cache (no sliding window) or linear attention (Qwen3.5's gated delta
+    rule: its conv and recurrent state is fixed-size, so it is simply copied per candidate), and
     ``n > 1``. While active (a context manager) the model's attention implementation is switched to a
     registered function that handles single-token decoding steps and delegates anything else to the
     original implementation.
@@ -415,10 +461,10 @@ class _SharedPrefix:
 
     _active: "_SharedPrefix | None" = None
 
-    def __init__(self, config: Any, keys: list[torch.Tensor], values: list[torch.Tensor], bias: torch.Tensor,
-                 n: int):
+    def __init__(self, config: Any, keys: dict[int, torch.Tensor], values: dict[int, torch.Tensor],
+                 bias: torch.Tensor, n: int):
         self.config = config
-        self.keys, self.values = keys, values  # per layer (N, H_kv, P, D)
+        self.keys, self.values = keys, values  # per attention layer index (N, H_kv, P, D)
         self.bias = bias  # (N, 1, 1, P): 0 on prompt tokens, -inf on left padding
         self.n = n
         self.rows: torch.Tensor | None = None
@@ -436,15 +482,36 @@ class _SharedPrefix:
             return None
         if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
             return None
-        if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+        types = list(getattr(config, "layer_types", None) or [])
+        if any(t not in ("full_attention", "linear_attention") for t in types):
             return None
         layers = getattr(cache, "layers", None)
-        if not layers or any(type(layer) is not DynamicLayer or not layer.is_initialized
-                             or layer.keys.dim() != 4 or layer.keys.dtype != torch.float32 for layer in layers):
+        if not layers or len(layers) != (len(types) or len(layers)):
+            return None
+        attention = {}  # layer index -> its prompt cache; linear-attention layers keep a fixed-size state
+        for i, layer in enumerate(layers):
+            if types and types[i] == "linear_attention":
+                if not _is_linear_layer(layer):
+                    return None
+                continue
+            if (type(layer) is not DynamicLayer or not layer.is_initialized or layer.keys.dim() != 4
+                    or layer.keys.dtype != torch.float32):
+                return None
+            attention[i] = layer
+        if not attention:
             return None
         bias = torch.zeros(attention_mask.shape, dtype=torch.float32, device=attention_mask.device)
         bias = bias.masked_fill(attention_mask == 0, float("-inf"))[:, None, None, :]  # (N, 1, 1, P)
-        return cls(config, [layer.keys for layer in layers], [layer.values for layer in layers], bias, n)
+        return cls(config, {i: layer.keys for i, layer in attention.items()},
+                   {i: layer.values for i, layer in attention.items()}, bias, n)
+
+    def detach_prompt(self, cache: Any) -> None:
+        """Empty the attention layers of ``cache`` (their prompt keys/values now live here, once per
+        prompt); from here on they hold generated tokens only. Linear-attention layers keep their state."""
+        from transformers.cache_utils import DynamicLayer
+
+        for i in self.keys:
+            cache.layers[i] = DynamicLayer()
 
     def __enter__(self) -> "_SharedPrefix":
         _register_shared_prefix_attention()
@@ -493,7 +560,7 @@ def _shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor
                              ) -> tuple[torch.Tensor, None]:
     state = _SharedPrefix._active
     if (state is None or query.shape[2] != 1 or kwargs.get("sliding_window") is not None
-            or getattr(module, "layer_idx", None) is None or module.layer_idx >= len(state.keys)):
+            or getattr(module, "layer_idx", None) not in state.keys):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
@@ -508,6 +575,23 @@ def _register_shared_prefix_attention() -> None:
     if _PREFIX_ATTENTION not in AttentionInterface._global_mapping:
         AttentionInterface.register(_PREFIX_ATTENTION, _shared_prefix_attention)
         AttentionMaskInterface.register(_PREFIX_ATTENTION, sdpa_mask)
+
+
+def _is_linear_layer(layer: Any) -> bool:
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    return isinstance(layer, LinearAttentionCacheLayerMixin)
+
+
+def select_cache_rows(cache: Any, rows: torch.Tensor) -> None:
+    """Keep (and reorder, or repeat) batch rows ``rows`` (R,) of every layer of ``cache``: keys/values
+    of attention layers, conv and recurrent state of linear-attention layers (which have no
+    ``batch_select_indices``; their ``reorder_cache`` is the same row selection)."""
+    for layer in cache.layers:
+        if _is_linear_layer(layer):
+            layer.reorder_cache(rows)
+        else:
+            layer.batch_select_indices(rows)
 
 
 def _base_model(model: Any) -> Any:
@@ -565,7 +649,8 @@ _PreallocatedLayer = _preallocated_layer_class()
 
 
 def _batch(generated: list[list[int]], encoded: list[list[int]], prompts: Sequence[str], num_return_sequences: int,
-           tokenizer: Any, stops: Sequence[str], eos_ids: list[int], pad_id: int) -> GenerationBatch:
+           tokenizer: Any, stops: Sequence[str], eos_ids: list[int], pad_id: int,
+           logprobs: list[list[float]]) -> GenerationBatch:
     batch = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
     eos_set = set(eos_ids)
     for row, gen in enumerate(generated):
@@ -573,6 +658,7 @@ def _batch(generated: list[list[int]], encoded: list[list[int]], prompts: Sequen
         ids, text, reason, n_sampled = _cut(gen, tokenizer, stops, eos_set, pad_id)
         batch.prompt_ids.append(list(encoded[k]))
         batch.completion_ids.append(ids)
+        batch.sampler_logprobs.append(logprobs[row][:len(ids)])  # completion ids are a prefix of the row
         batch.texts.append(text)
         batch.prompt_index.append(k)
         batch.finish_reasons.append(reason)

@@ -179,6 +179,7 @@ def ppo_loss(
     aggregation: str = "token_mean",
     num_tokens: float | torch.Tensor | None = None,
     num_seqs: float | torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The full objective of one (micro-)batch: clipped surrogate + ``kl_coef`` * KL to the reference.
 
@@ -187,13 +188,16 @@ def ppo_loss(
     global normalisers so micro-batches add up): ``loss/policy``, ``loss/kl`` (the penalty as added,
     i.e. times ``kl_coef``), ``kl`` (token mean of the estimator), ``clip_frac`` and ``approx_kl``
     (k3 of the old policy to the new, a step-size diagnostic), all token means except ``loss/*`` which
-    follow ``aggregation``.
+    follow ``aggregation``. ``token_weights`` (detached, e.g. ``tis_weights``) scale each token's
+    policy loss.
 
-    logprobs, old_logprobs, ref_logprobs, response_mask: (B, T); advantages: (B,) -> loss ()
+    logprobs, old_logprobs, ref_logprobs, response_mask, token_weights: (B, T); advantages: (B,) -> loss ()
     """
     if num_tokens is None:
         num_tokens = response_mask.sum()
     per_token, clipped = ppo_clip_loss(logprobs, old_logprobs, advantages, clip_range, clip_range_high, dual_clip)
+    if token_weights is not None:
+        per_token = per_token * token_weights  # (B, T)
     policy = aggregate(per_token, response_mask, aggregation, num_tokens=num_tokens, num_seqs=num_seqs)
     loss = policy
     with torch.no_grad():
@@ -210,6 +214,34 @@ def ppo_loss(
         metrics["loss/kl"] = (kl_coef * kl_term).detach()
         metrics["kl"] = aggregate(kl.detach(), response_mask, num_tokens=num_tokens)
     return loss, metrics
+
+
+def tis_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings
+    you off-policy RL training"): the tokens were drawn by the sampler, whose log-probs differ from
+    the trainer's (other kernels, merged LoRA, half precision), so each token's loss is weighted by
+    ``min(pi_old / pi_sampler, cap)``. Detached: a correction factor, not a gradient path.
+
+    old_logprobs, sampler_logprobs: (B, T) -> weights (B, T)
+    """
+    return (old_logprobs.detach() - sampler_logprobs).exp().clamp(max=cap)
+
+
+def logprob_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor
+                     ) -> tuple[float, float, float]:
+    """Sampler/trainer disagreement on the sampled tokens, under the same weights.
+
+    ``r = log pi_old - log pi_sampler``; per token ``k3 = exp(r) - 1 - r`` (Schulman's unbiased,
+    non-negative estimator of KL(sampler || trainer) from the sampler's own samples).
+
+    old_logprobs, sampler_logprobs, mask: (B, T) -> (max |r|, sum of k3, number of tokens) over mask
+    """
+    m = mask.bool()
+    r = (old_logprobs.detach().float() - sampler_logprobs.float())[m]  # (N,)
+    if r.numel() == 0:
+        return 0.0, 0.0, 0.0
+    k3 = torch.expm1(r) - r  # (N,)
+    return float(r.abs().max()), float(k3.sum()), float(r.numel())
 
 
 def _positive(denom: float | torch.Tensor) -> float | torch.Tensor:

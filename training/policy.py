@@ -379,7 +379,7 @@ def shared_prompt_logprobs(
     """
     from transformers import DynamicCache
 
-    from training.generation import _cache_kwarg
+    from training.generation import _cache_kwarg, select_cache_rows
 
     inner = _unwrap(model)
     cache_kwarg = _cache_kwarg(inner)
@@ -389,11 +389,13 @@ def shared_prompt_logprobs(
                 logits_to_keep=1, **{cache_kwarg: cache})
     first = out.logits[:, -1:, :][group_index]  # (B, 1, V): the last prompt position predicts token 0
     c = completion_ids.shape[1]
+    if _continue_linear_state(cache):
+        pack = False  # a recurrent state would run from one packed completion into the next
     plan = _pack_plan(completion_mask, group_index, c - 1) if pack and c > 1 else None
     if plan is not None:
         _, row_group, src, positions, seg, gather = plan
         inputs = completion_ids.reshape(-1)[src.clamp(min=0)]  # (R, C - 1); padding feeds any token
-        cache.batch_select_indices(row_group)  # (G, ...) -> (R, ...) rows, differentiable
+        select_cache_rows(cache, row_group)  # (G, ...) -> (R, ...) rows, differentiable
         start = prompt_mask.long().sum(-1)[row_group]  # (R,)
         q = inputs.shape[1]
         causal = torch.ones(q, q, dtype=torch.bool, device=seg.device).tril()  # (Q, Q)
@@ -407,7 +409,7 @@ def shared_prompt_logprobs(
         rest = rest.reshape(-1, rest.shape[-1])[gather]  # (B, C - 1, V)
         logits = torch.cat([first, rest], dim=1)  # (B, C, V)
     elif c > 1:
-        cache.batch_select_indices(group_index)  # (G, ...) -> (B, ...) rows, differentiable
+        select_cache_rows(cache, group_index)  # (G, ...) -> (B, ...) rows, differentiable
         inputs = completion_ids[:, :-1]  # (B, C - 1): token t predicts token t + 1
         mask = torch.cat([prompt_mask[group_index], completion_mask[:, :-1].to(prompt_mask.dtype)], dim=1)
         start = prompt_mask.long().sum(-1)[group_index]  # (B,) first completion position
@@ -423,6 +425,41 @@ def shared_prompt_logprobs(
     logprobs = selective_logprobs(logits, completion_ids)  # (B, C)
     entropy = entropy_from_logits(logits) if with_entropy else None  # (B, C)
     return logprobs, entropy
+
+
+def _continue_linear_state(cache: Any) -> bool:
+    """Let the linear-attention layers of ``cache`` (Qwen3.5's gated delta rule) hand their prompt
+    state to one continuation forward with autograd: their cache writes its new conv and recurrent
+    states in place (``copy_``, kept for CUDA graphs), which would overwrite tensors the backward
+    still needs; here they are returned and not stored (the cache is dropped after this forward).
+    -> whether the cache holds linear-attention state."""
+    from transformers.cache_utils import LinearAttentionLayer
+
+    found = False
+    for layer in cache.layers:
+        if type(layer) is LinearAttentionLayer:
+            layer.__class__ = _ScoringLinearLayer
+            found = True
+    return found
+
+
+def _scoring_linear_layer_class() -> type:
+    from transformers.cache_utils import LinearAttentionLayer
+
+    class ScoringLinearLayer(LinearAttentionLayer):
+        """A linear-attention cache layer that gives its prompt state to the next forward, out of place."""
+
+        def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs: Any) -> torch.Tensor:
+            return torch.cat([self.conv_states[state_idx], conv_states], dim=-1)  # (B, D, K + T)
+
+        def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0,
+                                   **kwargs: Any) -> torch.Tensor:
+            return recurrent_states
+
+    return ScoringLinearLayer
+
+
+_ScoringLinearLayer = _scoring_linear_layer_class()
 
 
 def _pack_plan(completion_mask: torch.Tensor, group_index: torch.Tensor, width: int
@@ -479,9 +516,9 @@ def _pack_tensors(rows: list, lengths: list, groups: list, width: int, device: t
 def shared_prompts_supported(model: torch.nn.Module) -> bool:
     """Whether ``shared_prompt_logprobs`` can run on ``model``: a single-process model (a DDP/FSDP
     wrapper expects one forward per backward) whose forward takes a KV cache, no activation
-    checkpointing (Hugging Face turns the cache off under it), and only full-attention layers (a
-    sliding window or a linear-attention / recurrent layer would not honour the block mask of packed
-    rows, nor keep a plain per-token cache)."""
+    checkpointing (Hugging Face turns the cache off under it), and full-attention or Qwen3.5-style
+    linear-attention layers (a sliding window would not honour the block mask of packed rows; a
+    linear-attention layer continues from its prompt state, and its completions are not packed)."""
     from training.generation import _cache_kwarg
 
     inner = _unwrap(model)
@@ -494,7 +531,7 @@ def shared_prompts_supported(model: torch.nn.Module) -> bool:
         return False
     if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
         return False
-    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+    if any(t not in ("full_attention", "linear_attention") for t in (getattr(config, "layer_types", None) or [])):
         return False
     return _cache_kwarg(inner) is not None
 

@@ -216,6 +216,18 @@ def weights_dict(weights: Any) -> dict[str, float]:
     return out
 
 
+def overlong_penalty(length: int, max_new_tokens: int, buffer_tokens: int) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), added to the total reward:
+    ``0`` while ``length <= L - B``, then ``((L - B) - length) / B`` down to ``-1`` at ``length = L``
+    (``L = max_new_tokens``, ``B = buffer_tokens``, capped at ``L``). Generation stops at ``L``, so the
+    penalty lies in [-1, 0]."""
+    buffer = min(buffer_tokens, max_new_tokens)
+    free = max_new_tokens - buffer
+    if length <= free or buffer <= 0:
+        return 0.0
+    return max(-1.0, (free - length) / buffer)
+
+
 def group_median_length(codes: Sequence[str]) -> float | None:
     """Median ``code_length`` of a group's non-empty programs (conciseness baseline without a reference)."""
     lengths = [code_length(c) for c in codes if code_length(c) > 0]

@@ -14,6 +14,7 @@ i + 1 is generated. One chunk (the default) is the fastest on an accelerator, wh
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from training import rewards as R
-from training.generation import GenerationBatch, build_prompt, generate
+from training.generation import GenerationBatch, answer_after_thinking, build_prompt, generate
 from training.policy import generation_mode
 
 
@@ -45,9 +46,17 @@ class CandidateRecord:
     """Combined reward (weighted, before advantages)."""
     passed: bool
     """Every test ran and passed (first execution)."""
+    truncated: bool = False
+    """Generation hit ``max_new_tokens`` (no EOS, no stop string): the answer may be cut off."""
+    overlong_penalty: float = 0.0
+    """``reward.overlong: soft``: the length penalty included in ``reward`` (in [-1, 0])."""
 
     def event_dict(self) -> dict:
-        return {"code": self.code, "reward": self.reward, "rewards": self.rewards, "result": self.result}
+        out = {"code": self.code, "reward": self.reward, "rewards": self.rewards, "result": self.result,
+               "truncated": self.truncated}
+        if self.overlong_penalty:
+            out["overlong_penalty"] = self.overlong_penalty
+        return out
 
 
 @dataclass
@@ -133,18 +142,21 @@ def start_rollout(
     weights: Mapping[str, float] | None = None,
     normalize: bool = True,
     timeout_s: float | None = None,
+    overlong: Any = None,
 ) -> PendingRollout:
     """Generate ``candidates_per_problem`` completions per problem and submit their executions.
 
     ``runner`` is a ``sandbox.Runner`` (kept alive for the whole run). One batched ``generate`` per
     chunk (``num_return_sequences`` = K); its executions are submitted as soon as it is decoded.
+    ``overlong`` is the run's ``OverlongConfig`` (None: truncated candidates are scored as they are).
     """
     from sandbox import Candidate
 
     k = sampling.candidates_per_problem
     chunks = max(1, min(chunks, len(problems)))
     bounds = [round(i * len(problems) / chunks) for i in range(chunks + 1)]
-    prompts = [build_prompt(p, tokenizer, sampling.prompt_style) for p in problems]
+    thinking = bool(getattr(sampling, "thinking", False))
+    prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in problems]
     problem_map = {p.id: p for p in problems}
     batches: list[GenerationBatch] = []
     futures: list[Future] = []
@@ -164,8 +176,9 @@ def start_rollout(
         cands = []
         for j, text in enumerate(batch.texts):
             problem = problems[lo + batch.prompt_index[j]]
-            cands.append(_candidate(Candidate, problem, text, sampling.prompt_style))
-            codes.append(_assembled_code(problem, text, sampling.prompt_style))
+            answer = sandbox_reply(text, thinking) if sampling.prompt_style == "chat" else text
+            cands.append(_candidate(Candidate, problem, answer, sampling.prompt_style))
+            codes.append(_assembled_code(problem, answer, sampling.prompt_style))
         if submitted_at is None:
             submitted_at = time.monotonic()
         fut = runner.submit_batch(problem_map, cands * repeats)
@@ -177,7 +190,8 @@ def start_rollout(
         problems=list(problems), batch=_concat(batches, prompts), codes=codes, futures=futures,
         chunk_sizes=chunk_sizes, submitted_at=submitted_at or time.monotonic(), time_generate_s=generate_s,
         score_args={"weights": weights, "normalize": normalize, "timeout_s": timeout_s,
-                    "prompt_style": sampling.prompt_style, "group_size": k},
+                    "prompt_style": sampling.prompt_style, "group_size": k, "overlong": overlong,
+                    "max_new_tokens": sampling.max_new_tokens},
         _done_at=done_at,
     )
 
@@ -195,8 +209,13 @@ def score_rollout(
     prompt_style: str = "completion",
     time_generate_s: float = 0.0,
     time_sandbox_s: float = 0.0,
+    overlong: Any = None,
+    max_new_tokens: int | None = None,
 ) -> Rollout:
-    """Rewards of every candidate from its execution results (several when repeated, averaged)."""
+    """Rewards of every candidate from its execution results (several when repeated, averaged);
+    with ``overlong.mode == "soft"`` DAPO's length penalty is added to each total."""
+    soft = overlong is not None and overlong.mode == "soft" and max_new_tokens is not None
+    truncated = batch.truncated
     weights = R.weights_dict(weights)
     records: list[CandidateRecord] = []
     totals: list[float] = []
@@ -213,15 +232,37 @@ def score_rollout(
                 for res in results[i]
             ]
             score = R.score_candidate(contexts, weights, normalize)
+            penalty = (R.overlong_penalty(len(batch.completion_ids[i]), max_new_tokens, overlong.buffer_tokens)
+                       if soft else 0.0)
             first = results[i][0]
             records.append(CandidateRecord(
                 problem_id=problem.id, group=g, text=batch.texts[i], code=codes[i], result=first,
-                rewards=score.rewards, reward=score.total, passed=first.get("status") == "passed"))
-            totals.append(score.total)
+                rewards=score.rewards, reward=score.total + penalty, passed=first.get("status") == "passed",
+                truncated=truncated[i], overlong_penalty=penalty))
+            totals.append(score.total + penalty)
     rewards = torch.tensor(totals, dtype=torch.float32).view(len(problems), group_size)  # (P, K)
     return Rollout(problems=list(problems), candidates=records, batch=batch, rewards=rewards,
                    generated_tokens=batch.num_generated_tokens, time_generate_s=time_generate_s,
                    time_sandbox_s=time_sandbox_s)
+
+
+def sandbox_reply(text: str, thinking: bool) -> str:
+    """What of a chat reply goes to the sandbox. Without thinking: the reply (the sandbox takes its
+    first fenced block). With thinking: the answer after the last ``</think>``, reduced to its *last*
+    fenced block (a thinking model drafts code while it reasons and writes the final version last);
+    a reply whose thinking never closed has no answer and gets an empty reply (no code)."""
+    if not thinking:
+        return text
+    answer = answer_after_thinking(text)
+    if answer is None:
+        return ""
+    blocks = _FENCED_BLOCK.findall(answer)
+    if not blocks:
+        return answer  # no fence: the sandbox runs the answer as is and the format reward says so
+    return f"```python\n{blocks[-1]}```\n"
+
+
+_FENCED_BLOCK = re.compile(r"^[ \t]{0,3}```[^\n`]*\n(.*?)^[ \t]{0,3}```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 def _candidate(candidate_cls: Any, problem: Any, text: str, prompt_style: str) -> Any:
@@ -261,4 +302,5 @@ def _concat(batches: list[GenerationBatch], prompts: list[str]) -> GenerationBat
         out.prompt_index += b.prompt_index
         out.finish_reasons += b.finish_reasons
         out.generated_tokens += b.generated_tokens
+        out.sampler_logprobs += b.sampler_logprobs
     return out

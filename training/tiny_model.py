@@ -1,11 +1,15 @@
-"""A ~1M-parameter Qwen3-architecture code model built offline in seconds: the CPU demo and test model.
+"""A ~1M-parameter Qwen code model built offline in seconds: the CPU demo and test model.
 
-``build_tiny_model(out_dir, warmup_problems=...)``:
+``build_tiny_model(out_dir, warmup_problems=..., arch="qwen3"|"qwen3_5")``:
 
 1. trains a byte-level BPE tokenizer with the Qwen pre-tokenizer on code text (built-in Python
    snippets + the warm-up problems' prompts and solutions) and saves it as a ``Qwen2Tokenizer`` with
-   the Qwen special tokens and a ChatML chat template;
-2. builds a randomly initialised ``Qwen3ForCausalLM`` (hidden 128, 4 layers, tied embeddings);
+   the Qwen special tokens and Qwen's ChatML chat template (``enable_thinking``: ``<think>`` /
+   ``</think>``, as Qwen3 and Qwen3.5 use them);
+2. builds a randomly initialised model, hidden 128, 4 layers, tied embeddings: ``qwen3`` a dense
+   ``Qwen3ForCausalLM``; ``qwen3_5`` a ``Qwen3_5ForCausalLM``, the text stack of Qwen3.5-9B at tiny
+   size (three Gated DeltaNet linear-attention layers to one gated full-attention layer, partial
+   rotary embedding, the same classes and cache types);
 3. optionally warm-starts it with a short supervised pass on the *train* split: prompt -> body + EOS,
    where the body is the reference solution's body (once) or, deliberately, one of three plausible
    wrong variants of it (flipped comparison, wrong operator, swapped arguments, dropped filter,
@@ -27,19 +31,32 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
+# Qwen3's conventions: the assistant turn opens plainly and a thinking model writes <think>...</think>
+# first; ``enable_thinking=False`` pre-fills an empty thinking block so the model answers directly.
 CHATML_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}"
 )
+ARCHITECTURES = ("qwen3", "qwen3_5")
 # Same pattern as Qwen2's tokenizer (transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX).
 QWEN_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
                           r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 MODEL_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
+# Qwen3.5's linear-attention heads and rotary layout at tiny size: Qwen3.5-9B has 16 key / 32 value
+# heads of 128, a conv kernel of 4, rotary on a quarter of each head (mrope sections summing to half
+# the rotary width), three linear-attention layers to each full-attention one.
+QWEN3_5_SHAPE = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+                     linear_value_head_dim=32, linear_conv_kernel_dim=4,
+                     layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
+QWEN3_5_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                "mrope_section": [2, 1, 1], "mrope_interleaved": True}
 
 # The warm start (chosen with benchmarks/learning_demo.py on the demo set): 400 AdamW steps of 32
 # examples (about a minute on one core), one right body per train problem for three failing variants.
@@ -156,22 +173,32 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024) -> Any:
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in model["merges"]]
     qwen = Qwen2Tokenizer(vocab=model["vocab"], merges=merges, eos_token="<|endoftext|>",
                           pad_token="<|endoftext|>", unk_token=None,
-                          additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+                          additional_special_tokens=list(SPECIAL_TOKENS[1:]))
     qwen.chat_template = CHATML_TEMPLATE
     return qwen
 
 
-def build_model(tokenizer: Any, seed: int = 0) -> Any:
+def build_model(tokenizer: Any, seed: int = 0, arch: str = "qwen3") -> Any:
     import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import GenerationConfig
 
     eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    config = Qwen3Config(vocab_size=len(tokenizer), tie_word_embeddings=True, rope_theta=10000.0,
-                         bos_token_id=None, eos_token_id=eos, pad_token_id=eos, use_cache=True,
-                         **MODEL_SHAPE)
+    common = dict(vocab_size=len(tokenizer), tie_word_embeddings=True, bos_token_id=None, eos_token_id=eos,
+                  pad_token_id=eos, use_cache=True, **MODEL_SHAPE)
+    if arch == "qwen3":
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        config, model_class = Qwen3Config(rope_theta=10000.0, **common), Qwen3ForCausalLM
+    elif arch == "qwen3_5":
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        config = Qwen3_5TextConfig(rope_parameters=dict(QWEN3_5_ROPE), **common, **QWEN3_5_SHAPE)
+        model_class = Qwen3_5ForCausalLM
+    else:
+        raise ValueError(f"unknown tiny-model architecture {arch!r}; valid: {', '.join(ARCHITECTURES)}")
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    model = model_class(config)
     model.generation_config = GenerationConfig(eos_token_id=[eos, im_end], pad_token_id=eos, do_sample=True,
                                                temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=128)
     return model
@@ -259,10 +286,11 @@ def supervised_warmup(model: Any, tokenizer: Any, examples: Sequence[tuple[str, 
 
 
 def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None = None, seed: int = 0,
+                     arch: str = "qwen3",
                      warmup_steps: int = WARMUP_STEPS, runner: Any = None, log: Any = None,
                      correct_copies: int = CORRECT_COPIES, wrong_per_problem: int = WRONG_PER_PROBLEM,
                      warmup_lr: float = 3e-3, batch_size: int = 32) -> Path:
-    """Build the tiny model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it
+    """Build the tiny ``arch`` model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it
     (``warmup_steps`` AdamW steps of ``batch_size`` at ``warmup_lr`` on ``correct_copies`` right
     bodies and up to ``wrong_per_problem`` failing variants per train problem).
 
@@ -283,9 +311,11 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
     for p in problems:
         texts += [p.prompt, p.reference_solution or ""]
     tokenizer = train_tokenizer(texts)
-    model = build_model(tokenizer, seed=seed)
-    info: dict[str, Any] = {"parameters": sum(p.numel() for p in model.parameters()),
-                            "vocab_size": len(tokenizer), "seed": seed, "shape": MODEL_SHAPE}
+    model = build_model(tokenizer, seed=seed, arch=arch)
+    shape = MODEL_SHAPE if arch == "qwen3" else {**MODEL_SHAPE, **QWEN3_5_SHAPE}
+    info: dict[str, Any] = {"architecture": type(model).__name__, "arch": arch,
+                            "parameters": sum(p.numel() for p in model.parameters()),
+                            "vocab_size": len(tokenizer), "seed": seed, "shape": shape}
     if problems:
         own_runner = runner is None
         runner = runner or make_runner(workers=2)

@@ -47,11 +47,12 @@ from training import checkpoint as ckpt
 from training.advantages import compute_advantages, zero_variance_groups
 from training.config import RunConfig, config_to_dict
 from training.events import EventWriter
-from training.losses import ppo_loss
+from training.losses import logprob_mismatch, ppo_loss, tis_weights
 from training.policy import (fused_lora, generation_mode, load_policy, sequence_logprobs, shared_prompt_logprobs,
                              shared_prompts_supported)
 from training.rewards import DIMENSIONS
 from training.rollout import Rollout, pick_problems, start_rollout
+from training.runtime import describe as describe_runtime
 
 
 class StopSignal:
@@ -161,7 +162,10 @@ class Trainer:
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.shared_prompts = shared_prompts_supported(self.model)
         extra = {"resumed_from": self.resumed_from} if self.resumed_from is not None else {}
-        self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, **extra)
+        runtime = describe_runtime(self.accelerator.unwrap_model(self.model), dtype=cfg.model.dtype,
+                                   device=self.accelerator.device)
+        self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, runtime=runtime,
+                          **extra)
         if self.runner is None:
             from sandbox import Runner
 
@@ -208,7 +212,7 @@ class Trainer:
             model, self.tokenizer, problems, cfg.sampling, _Submitter(self.runner, self._executor()),
             generator_seed=_step_seed(cfg.train.seed, step, acc.process_index), repeats=cfg.reward.repeats,
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
-            timeout_s=cfg.sandbox.timeout_s)
+            timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong)
 
         # While the sandbox runs: the forward passes that do not depend on rewards.
         t_lp = time.monotonic()
@@ -231,6 +235,8 @@ class Trainer:
         k = cfg.sampling.candidates_per_problem
         keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
         keep = keep.repeat_interleave(k)  # (N,)
+        if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
+            keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
 
         t_up = time.monotonic()
         lr = self.optimizer.param_groups[0]["lr"]
@@ -296,27 +302,32 @@ class Trainer:
         index = keep.nonzero().flatten()  # (N_kept,)
         n = index.numel()
         if n == 0:  # every group was zero-variance and dropped: nothing to learn from this step
-            return {"loss/policy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "entropy": 0.0, "approx_kl": 0.0}
+            return {"loss/policy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "entropy": 0.0, "approx_kl": 0.0,
+                    "rollout/logprob_diff_max": 0.0, "rollout/mismatch_kl": 0.0}
         mb_size = min(cfg.minibatch_size or n, n)
         gen = torch.Generator().manual_seed(_step_seed(self.config.train.seed, step, acc.process_index))
         params = [p for p in self.model.parameters() if p.requires_grad]
+        mismatch = _Mismatch()
         with fused_lora(self.model):
             sums, updates, ent_sum, ent_tokens = self._epochs(
-                tensors, advantages, index, old_logprobs, ref_logprobs, kl_coef, mb_size, gen, params)
+                tensors, advantages, index, old_logprobs, ref_logprobs, kl_coef, mb_size, gen, params, mismatch)
         out = {key: value / updates for key, value in sums.items()}
         out["entropy"] = ent_sum / max(ent_tokens, 1.0)
+        out.update(mismatch.metrics())
         return out
 
     def _epochs(self, tensors: dict, advantages: torch.Tensor, index: torch.Tensor,
                 old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None, kl_coef: float, mb_size: int,
-                gen: torch.Generator, params: list) -> tuple[dict[str, float], int, float, float]:
-        """The optimizer steps of ``_update``: PPO epochs x minibatches x micro-batches."""
+                gen: torch.Generator, params: list, mismatch: "_Mismatch") -> tuple[dict[str, float], int, float, float]:
+        """The optimizer steps of ``_update``: PPO epochs x minibatches x micro-batches. In the first
+        epoch every row is seen once: its old-policy log-probs are compared with the sampler's."""
         cfg, acc = self.config.ppo, self.accelerator
         n = index.numel()
         sums: dict[str, float] = defaultdict(float)
         updates = 0
         ent_sum, ent_tokens = 0.0, 0.0
         completion_mask = tensors["completion_mask"]
+        sampler_logprobs = tensors.get("sampler_logprobs")  # (N, C) or None
         for epoch in range(cfg.epochs_per_batch):
             order = index[torch.randperm(n, generator=gen).to(index.device)] if mb_size < n else index
             for start in range(0, n, mb_size):
@@ -330,11 +341,16 @@ class Trainer:
                             self.model, tensors, idx, with_entropy=epoch == 0)  # (b, C')
                         old = logp.detach() if old_logprobs is None else old_logprobs[idx, :width]
                         ref = None if ref_logprobs is None else ref_logprobs[idx, :width]
+                        sampled = None if sampler_logprobs is None else sampler_logprobs[idx, :width]
+                        if sampled is not None and epoch == 0:
+                            mismatch.add(*logprob_mismatch(old, sampled, cmask))
+                        weights = (tis_weights(old, sampled, cfg.tis_cap)
+                                   if cfg.tis_cap is not None and sampled is not None else None)
                         loss, metrics = ppo_loss(
                             logp, old, advantages[idx], cmask, ref_logprobs=ref, clip_range=cfg.clip_range,
                             clip_range_high=cfg.clip_range_high, dual_clip=cfg.dual_clip, kl_coef=kl_coef,
                             kl_estimator=cfg.kl_estimator, aggregation=cfg.loss_aggregation,
-                            num_tokens=num_tokens, num_seqs=mb.numel())
+                            num_tokens=num_tokens, num_seqs=mb.numel(), token_weights=weights)
                         acc.backward(loss)
                     for key, value in metrics.items():
                         sums[key] += value.item()
@@ -421,6 +437,22 @@ class Trainer:
         print(f"step {step}/{steps} | {per_step:.1f} s/step | ETA {_duration(eta)} | "
               f"reward {metrics.get('reward/mean', 0.0):.3f} | pass {metrics.get('pass@1/train', 0.0):.3f} | "
               f"kl {metrics.get('kl', 0.0):.4f}", file=sys.stderr, flush=True)
+
+
+class _Mismatch:
+    """Running sampler/trainer log-prob mismatch of one step (``logprob_mismatch`` per micro-batch)."""
+
+    def __init__(self) -> None:
+        self.max_diff, self.k3_sum, self.tokens = 0.0, 0.0, 0.0
+
+    def add(self, max_diff: float, k3_sum: float, tokens: float) -> None:
+        self.max_diff = max(self.max_diff, max_diff)
+        self.k3_sum += k3_sum
+        self.tokens += tokens
+
+    def metrics(self) -> dict[str, float]:
+        return {"rollout/logprob_diff_max": self.max_diff,
+                "rollout/mismatch_kl": self.k3_sum / max(self.tokens, 1.0)}
 
 
 class _Submitter:
@@ -516,6 +548,8 @@ def _rollout_metrics(rollout: Rollout, zero_var: torch.Tensor) -> dict[str, floa
     metrics["zero_variance_groups"] = int(zero_var.sum().item())
     lengths = [len(ids) for ids in rollout.batch.completion_ids]
     metrics["completion_len/mean"] = sum(lengths) / max(len(lengths), 1)
+    metrics["completion_len/max"] = max(lengths, default=0)
+    metrics["rollout/truncated_frac"] = sum(c.truncated for c in cands) / n
     metrics["candidates"] = len(cands)
     return metrics
 
@@ -539,7 +573,7 @@ def _gather(acc: Any, metrics: dict, problem_events: list[dict]) -> tuple[dict, 
     for key in metrics:
         if key in ("zero_variance_groups", "candidates"):
             merged[key] = sum(m.get(key, 0) for m in all_metrics)
-        elif key.startswith("time/") or key in ("lr", "kl_coef"):
+        elif key.startswith("time/") or key in ("lr", "kl_coef", "completion_len/max", "rollout/logprob_diff_max"):
             merged[key] = max(m.get(key, 0.0) for m in all_metrics)
         elif key == "tokens_per_s":
             merged[key] = sum(m.get(key, 0.0) for m in all_metrics)

@@ -1,4 +1,5 @@
-"""Shared fixtures for training tests: a tiny Qwen3 model built once per session, small problem sets."""
+"""Shared fixtures for training tests: the tiny models (dense Qwen3 and hybrid Qwen3.5, each built once
+per session; every test that takes ``tiny_model_dir`` runs on both), small problem sets."""
 
 from __future__ import annotations
 
@@ -15,12 +16,35 @@ def _few_threads():
     torch.set_num_threads(2)
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """T1's tiny Qwen3 (random init, no warm start: tests need a model, not a good one)."""
+ARCHITECTURES = ("qwen3", "qwen3_5")
+_BUILT: dict[str, Path] = {}
+
+
+def _tiny_model(arch: str, tmp_path_factory) -> Path:
+    """The tiny ``arch`` model (random init, no warm start: tests need a model, not a good one)."""
     from training.tiny_model import build_tiny_model
 
-    return Path(build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "model", seed=0))
+    if arch not in _BUILT:
+        _BUILT[arch] = Path(build_tiny_model(tmp_path_factory.mktemp(f"tiny-{arch}") / "model", seed=0, arch=arch))
+    return _BUILT[arch]
+
+
+@pytest.fixture(scope="session", params=ARCHITECTURES)
+def tiny_model_dir(request, tmp_path_factory) -> Path:
+    """Each tiny architecture in turn: Qwen3 (dense) and Qwen3.5 (Gated DeltaNet + full attention)."""
+    return _tiny_model(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def qwen3_model_dir(tmp_path_factory) -> Path:
+    """The tiny dense Qwen3 alone, for tests of what does not depend on the architecture (tokenizer)."""
+    return _tiny_model("qwen3", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def qwen3_5_model_dir(tmp_path_factory) -> Path:
+    """The tiny hybrid Qwen3.5 alone, for tests of its own layers and caches."""
+    return _tiny_model("qwen3_5", tmp_path_factory)
 
 
 PROBLEMS = [

@@ -136,7 +136,42 @@ def test_completion_prompt_is_the_problem_prompt(tok):
 def test_chat_prompt_asks_for_a_fenced_block_and_opens_the_assistant_turn(tok):
     text = build_prompt({"prompt": "def f(x):\n", "entry_point": "f", "kind": "function"}, tok, "chat")
     assert "```python\ndef f(x):\n```" in text and "fenced code block" in text
+    # Qwen's convention without thinking: an empty thinking block is pre-filled, the model answers at once
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_a_thinking_chat_prompt_leaves_the_thinking_to_the_model(tok):
+    text = build_prompt({"prompt": "def f(x):\n", "entry_point": "f", "kind": "function"}, tok, "chat",
+                        thinking=True)
     assert text.endswith("<|im_start|>assistant\n")
+    for tag in ("<think>", "</think>"):
+        assert len(tok(tag, add_special_tokens=False)["input_ids"]) == 1
+
+
+def test_sampler_logprobs_are_those_of_the_sampled_tokens_at_the_sampling_temperature(model, tok):
+    from training.policy import sequence_logprobs
+
+    batch = generate(model, tok, PROMPTS, SamplingConfig(max_new_tokens=12, stop=(), temperature=0.7, top_p=0.9),
+                     num_return_sequences=3, generator_seed=4)
+    assert [len(lp) for lp in batch.sampler_logprobs] == [len(c) for c in batch.completion_ids]
+    t = batch.padded(tok.pad_token_id)
+    with torch.no_grad():
+        trainer, _ = sequence_logprobs(model, t["input_ids"], t["attention_mask"], t["completion_mask"].shape[1],
+                                       temperature=0.7)
+    m = t["completion_mask"].bool()
+    assert torch.allclose(trainer[m], t["sampler_logprobs"][m], atol=1e-4)
+
+
+def test_the_generate_fallback_records_the_same_sampler_logprobs(model, tok, monkeypatch):
+    import training.generation as generation
+
+    sampling = SamplingConfig(max_new_tokens=10, stop=(), temperature=1.0)
+    fast = generate(model, tok, PROMPTS, sampling, num_return_sequences=2, generator_seed=9)
+    monkeypatch.setattr(generation, "_cache_kwarg", lambda model: None)
+    slow = generate(model, tok, PROMPTS, sampling, num_return_sequences=2, generator_seed=9)
+    assert fast.completion_ids == slow.completion_ids
+    for a, b in zip(fast.sampler_logprobs, slow.sampler_logprobs):
+        assert a == pytest.approx(b, abs=1e-4)
 
 
 def test_chat_prompt_without_a_template_is_refused(tok):

@@ -120,3 +120,39 @@ def test_selective_logprobs_equal_the_full_log_softmax(monkeypatch, chunk_bytes)
 
 def test_entropy_of_a_uniform_distribution_is_log_vocab():
     assert torch.allclose(entropy_from_logits(torch.zeros(1, 2, 8)), torch.full((1, 2), math.log(8)))
+
+
+def test_tis_weights_are_the_capped_ratio_of_trainer_to_sampler_probabilities():
+    from training.losses import tis_weights
+
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    sampler = torch.log(torch.tensor([[0.25, 0.4, 0.3]]))
+    assert torch.allclose(tis_weights(old, sampler, cap=2.0), torch.tensor([[2.0, 0.5, 2.0]]))
+
+
+def test_logprob_mismatch_is_zero_for_equal_logprobs_and_k3_otherwise():
+    from training.losses import logprob_mismatch
+
+    lp = torch.log(torch.tensor([[0.5, 0.2], [0.3, 0.1]]))
+    mask = torch.tensor([[1, 1], [1, 0]])
+    assert logprob_mismatch(lp, lp, mask) == (0.0, 0.0, 3.0)
+    r = torch.tensor([0.1, -0.2, 0.3])
+    shifted = lp.clone()
+    shifted[0, 0] -= 0.1
+    shifted[0, 1] += 0.2
+    shifted[1, 0] -= 0.3
+    shifted[1, 1] += 5.0  # masked out
+    max_diff, k3_sum, n = logprob_mismatch(lp, shifted, mask)
+    assert max_diff == pytest.approx(0.3) and n == 3.0
+    assert k3_sum == pytest.approx(float((r.exp() - 1 - r).sum()), rel=1e-5)
+
+
+def test_token_weights_scale_the_policy_loss():
+    from training.losses import ppo_loss
+
+    lp = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    adv = torch.tensor([1.0])
+    plain, _ = ppo_loss(lp, lp, adv, mask)
+    half, _ = ppo_loss(lp, lp, adv, mask, token_weights=torch.full((1, 2), 0.5))
+    assert float(half) == pytest.approx(0.5 * float(plain))

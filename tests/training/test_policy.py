@@ -59,6 +59,17 @@ def _grads(model):
     return {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
+def _grad_rel(model):
+    """Relative tolerance of gradient comparisons. Qwen3.5's gated delta rule sums its state in
+    64-token chunks and gates through softplus: a prompt split or another matmul order changes the
+    float summation, and its gate projections (in_proj_a/b) get gradients near 1e-4, so float noise
+    of 1e-7 is a larger share of them: ~1e-3 rather than the dense model's ~1e-4."""
+    from training.policy import _base
+
+    hybrid = "linear_attention" in (getattr(_base(model).config, "layer_types", None) or [])
+    return 1e-3 if hybrid else 1e-4
+
+
 def _assert_grads_close(a, b, rel=1e-4):
     assert a.keys() == b.keys() and a
     for key in a:
@@ -75,12 +86,35 @@ def test_shared_prompts_are_refused_where_packing_or_the_cache_would_be_wrong(ti
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert shared_prompts_supported(model)
-    n = model.config.num_hidden_layers
-    model.config.layer_types = ["full_attention"] * (n - 1) + ["linear_attention"]  # a hybrid model
+    types = list(model.config.layer_types)
+    model.config.layer_types = types[:-1] + ["sliding_attention"]  # a window would not honour the block mask
     assert not shared_prompts_supported(model)
-    model.config.layer_types = ["full_attention"] * n
+    model.config.layer_types = types
     enable_gradient_checkpointing(model)
     assert not shared_prompts_supported(model)
+
+
+def test_a_hybrid_model_continues_from_the_prompt_state_but_never_packs(qwen3_5_model_dir, monkeypatch):
+    import training.policy as policy_module
+
+    pol = load_policy(ModelConfig(name_or_path=str(qwen3_5_model_dir), lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
+    assert shared_prompts_supported(pol.model)
+    plans = []
+    monkeypatch.setattr(policy_module, "_pack_plan", lambda *a: plans.append(a))
+    t = _handmade(pol)
+    with torch.no_grad():
+        got, _ = shared_prompt_logprobs(pol.model, *_shared_inputs(t)[:5], pack=True)
+        ref, _ = sequence_logprobs(pol.model, t["input_ids"], t["attention_mask"], t["completion_mask"].shape[1])
+    assert plans == []  # a recurrent state must not run from one packed completion into the next
+    m = t["completion_mask"].bool()
+    assert torch.allclose(got[m], ref[m], atol=1e-5)
+
+
+def test_lora_reaches_every_projection_of_the_linear_attention_layers(qwen3_5_model_dir):
+    pol = load_policy(ModelConfig(name_or_path=str(qwen3_5_model_dir), lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
+    adapted = {name.split(".")[-1] for name, module in pol.model.named_modules()
+               if hasattr(module, "lora_A") and ".linear_attn." in name}
+    assert adapted >= {"in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj"}
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["rows", "packed"])
@@ -111,7 +145,7 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_per_sequence_ones(policy
     m = cmask.bool()
     assert torch.allclose(got[m], ref[m], atol=1e-5)
     assert torch.allclose(got_ent[m], ref_ent[m], atol=1e-5)
-    _assert_grads_close(ref_grads, got_grads)
+    _assert_grads_close(ref_grads, got_grads, rel=_grad_rel(model))
 
 
 def test_shared_prompt_logprobs_follow_the_temperature(policy):
@@ -149,7 +183,7 @@ def test_fused_lora_gives_peft_logprobs_and_gradients_and_is_undone(policy):
     assert torch.allclose(fused[m], plain[m], atol=1e-5)
     assert torch.allclose(ref_fused[m], ref_plain[m], atol=1e-6)
     assert not torch.allclose(ref_plain[m], plain[m], atol=1e-3)  # the adapters really change the policy
-    _assert_grads_close(plain_grads, fused_grads)
+    _assert_grads_close(plain_grads, fused_grads, rel=_grad_rel(model))
 
 
 def test_fused_lora_linear_gives_the_autograd_gradients_of_the_merged_weight():
@@ -230,7 +264,7 @@ def test_skipping_the_old_logprob_pass_gives_the_same_update(tmp_path, tiny_mode
     implicit = trainers[0]._update(t, advantages, keep, None, ref, 0.04, step=1)
     explicit = trainers[1]._update(t, advantages, keep, old, ref, 0.04, step=1)
     assert len(grads[0]) == len(grads[1]) == 1
-    _assert_grads_close(grads[0][0], grads[1][0])
+    _assert_grads_close(grads[0][0], grads[1][0], rel=_grad_rel(trainers[0].policy.model))
     for key in ("loss/policy", "loss/kl", "kl", "approx_kl", "clip_frac", "entropy"):
         assert implicit[key] == pytest.approx(explicit[key], rel=1e-4, abs=1e-6), key
     assert implicit["clip_frac"] == 0.0 and explicit["approx_kl"] == pytest.approx(0.0, abs=1e-6)

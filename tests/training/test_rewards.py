@@ -122,3 +122,13 @@ def test_group_median_length_ignores_empty_programs():
 def test_format_survives_a_degenerate_program_nested_past_the_parser_limit():
     deep = "def add(a, b):\n    return a + b\nx = " + "-" * 20000 + "1\n"
     assert R.format_reward(ctx(code=deep, result=result("syntax_error", 0, 2, syntax_ok=False))) == 0.5
+
+
+def test_the_soft_overlong_penalty_is_dapo_s_linear_ramp():
+    from training.rewards import overlong_penalty
+
+    assert overlong_penalty(100, max_new_tokens=512, buffer_tokens=128) == 0.0
+    assert overlong_penalty(384, max_new_tokens=512, buffer_tokens=128) == 0.0
+    assert overlong_penalty(448, max_new_tokens=512, buffer_tokens=128) == pytest.approx(-0.5)
+    assert overlong_penalty(512, max_new_tokens=512, buffer_tokens=128) == -1.0
+    assert overlong_penalty(16, max_new_tokens=16, buffer_tokens=256) == -1.0  # buffer capped at the limit

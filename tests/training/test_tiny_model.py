@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from training.local_runner import SubprocessRunner
@@ -32,16 +33,42 @@ def problem_file(tmp_path):
     return path
 
 
-def test_it_builds_a_qwen3_model_of_about_a_million_parameters(tiny_model_dir):
+def test_it_builds_a_model_of_about_a_million_parameters(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert type(model).__name__ in ("Qwen3ForCausalLM", "Qwen3_5ForCausalLM")
     assert 500_000 <= sum(p.numel() for p in model.parameters()) <= 2_000_000
     info = json.loads((tiny_model_dir / "crucible_tiny.json").read_text())
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
+    assert info["architecture"] == type(model).__name__
 
 
-def test_the_tokenizer_loads_as_qwen2_with_qwen_special_tokens_and_chat_template(tiny_model_dir):
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_the_qwen3_5_model_is_qwen3_5_9b_s_hybrid_text_stack_at_tiny_size(qwen3_5_model_dir):
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Attention, Qwen3_5GatedDeltaNet
+
+    model = AutoModelForCausalLM.from_pretrained(qwen3_5_model_dir)
+    config = model.config
+    assert type(model).__name__ == "Qwen3_5ForCausalLM" and config.model_type == "qwen3_5_text"
+    assert config.layer_types == ["linear_attention"] * 3 + ["full_attention"]  # 3:1 as in Qwen3.5-9B
+    assert config.rope_parameters["partial_rotary_factor"] == 0.25
+    layers = model.model.layers
+    assert all(isinstance(layer.linear_attn, Qwen3_5GatedDeltaNet) for layer in layers[:3])
+    assert isinstance(layers[3].self_attn, Qwen3_5Attention)
+    # the same text stack and cache classes as the 9B checkpoint: a hybrid cache after a forward
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
+
+    cache = DynamicCache(config=config)
+    model(input_ids=torch.tensor([[1, 2, 3]]), cache=cache, use_cache=True)
+    assert [type(layer) for layer in cache.layers] == [LinearAttentionLayer] * 3 + [DynamicLayer]
+
+
+def test_an_unknown_architecture_is_refused_with_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="qwen3, qwen3_5"):
+        build_tiny_model(tmp_path / "m", arch="llama")
+
+
+def test_the_tokenizer_loads_as_qwen2_with_qwen_special_tokens_and_chat_template(qwen3_model_dir):
+    tok = AutoTokenizer.from_pretrained(qwen3_model_dir)
     assert type(tok).__name__ in ("Qwen2Tokenizer", "Qwen2TokenizerFast")
     for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
         assert tok.convert_tokens_to_ids(special) != tok.unk_token_id
@@ -51,14 +78,14 @@ def test_the_tokenizer_loads_as_qwen2_with_qwen_special_tokens_and_chat_template
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_the_tokenizer_is_byte_level_and_lossless(tiny_model_dir):
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_the_tokenizer_is_byte_level_and_lossless(qwen3_model_dir):
+    tok = AutoTokenizer.from_pretrained(qwen3_model_dir)
     for text in ["def f(x):\n    return x ** 2  # carré ✓\n", "\t\n\n  ", "print('日本')"]:
         assert tok.decode(tok(text)["input_ids"]) == text
 
 
-def test_the_pre_tokenizer_splits_numbers_into_single_digits_like_qwen(tiny_model_dir):
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_the_pre_tokenizer_splits_numbers_into_single_digits_like_qwen(qwen3_model_dir):
+    tok = AutoTokenizer.from_pretrained(qwen3_model_dir)
     ids = tok("12345", add_special_tokens=False)["input_ids"]
     assert [tok.decode([i]) for i in ids] == list("12345")
 

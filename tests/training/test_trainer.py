@@ -17,7 +17,8 @@ from training.trainer import StopSignal, Trainer, train
 DESIGN_METRICS = {"reward/mean", "reward/pass_rate", "reward/syntax", "reward/efficiency", "reward/conciseness",
                   "reward/format", "pass@1/train", "kl", "loss/policy", "loss/kl", "clip_frac", "entropy",
                   "grad_norm", "lr", "tokens_per_s", "time/rollout_s", "time/sandbox_s", "time/update_s",
-                  "zero_variance_groups"}
+                  "zero_variance_groups", "rollout/mismatch_kl", "rollout/logprob_diff_max",
+                  "rollout/truncated_frac", "completion_len/max"}
 
 
 def _trainer(cfg, out_dir, runner):
@@ -45,6 +46,16 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert all(isinstance(e["time"], float) for e in events)
     start, eval0 = events[0], events[1]
     assert start["config"]["sampling"]["candidates_per_problem"] == 4 and start["model"] == str(tiny_model_dir)
+    runtime = start["runtime"]
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    assert runtime["architecture"] == config.architectures[0] and runtime["dtype"] == "float32"
+    assert runtime["device"] == "cpu" and runtime["torch"] and runtime["transformers"] and runtime["peft"]
+    assert sum(runtime["layer_types"].values()) == config.num_hidden_layers
+    assert runtime["kernels"]["attention"] == "sdpa" and runtime["warnings"] == []
+    if "linear_attention" in runtime["layer_types"]:  # no fla / causal-conv1d on this machine
+        assert runtime["kernels"]["gated_delta_rule"] == "torch" and runtime["kernels"]["causal_conv1d"] == "torch"
     assert eval0["step"] == 0 and eval0["split"] == "heldout" and 0.0 <= eval0["pass@1"] <= 1.0
     assert set(eval0["pass@k"]) == {"2"}  # pass@1 has its own field
     step = events[2]
@@ -55,7 +66,7 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert problem["step"] == 1 and problem["problem_id"] in {p["id"] for p in PROBLEMS if p["split"] == "train"}
     assert len(problem["candidates"]) == 4
     for cand in problem["candidates"]:
-        assert set(cand) >= {"code", "reward", "rewards", "result"}
+        assert set(cand) >= {"code", "reward", "rewards", "result", "truncated"}
         assert cand["code"].startswith(next(p["prompt"] for p in PROBLEMS if p["id"] == problem["problem_id"]))
         assert set(cand["rewards"]) == {"pass_rate", "syntax", "efficiency", "conciseness", "format"}
         assert cand["result"]["status"] in {"passed", "failed", "error", "syntax_error", "timeout", "memory",
@@ -261,3 +272,57 @@ def test_chunked_rollouts_keep_candidates_grouped_by_problem(tiny_model_dir, run
         assert cand.code.startswith(problem.prompt) and cand.result["tests_total"] == len(problem.tests)
         assert 0.0 <= cand.reward <= 1.0
     assert policy.model.training  # sampling switched to eval mode and back
+
+
+def test_sampler_and_trainer_logprobs_agree_in_float32(tmp_path, tiny_model_dir, train_problems_file, runner):
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1})
+    assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
+    metrics = next(e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "step")["metrics"]
+    assert metrics["rollout/logprob_diff_max"] < 1e-3
+    assert metrics["rollout/mismatch_kl"] < 1e-6
+
+
+def test_a_sampler_that_drifts_from_the_trainer_is_detected_and_tis_weights_it(tmp_path, tiny_model_dir,
+                                                                             train_problems_file, runner,
+                                                                             monkeypatch):
+    import training.generation as generation
+
+    decode = generation._decode_loop
+
+    def drifting(model, logits, *args, **kwargs):  # a sampler whose logits are off, as a bad kernel's would be
+        noise = torch.Generator(device=logits.device).manual_seed(0)
+
+        def forward(*a, **k):
+            out = model(*a, **k)
+            out.logits = out.logits + 0.5 * torch.randn(out.logits.shape, generator=noise)
+            return out
+        return decode(forward, logits, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "_decode_loop", drifting)
+    results = {}
+    for cap in (None, 1.0):
+        cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1}, ppo={"tis_cap": cap})
+        assert train(cfg, tmp_path / f"run-{cap}", runner=runner, progress=False) == "succeeded"
+        results[cap] = next(e for e in read_events(tmp_path / f"run-{cap}" / "events.jsonl")
+                            if e["event"] == "step")["metrics"]
+    assert results[None]["rollout/logprob_diff_max"] > 0.1 and results[None]["rollout/mismatch_kl"] > 1e-3
+    # capped at 1, tokens the sampler over-rated weigh less: the same batch gives a different loss
+    assert results[1.0]["loss/policy"] != pytest.approx(results[None]["loss/policy"], abs=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["mask", "soft"])
+def test_truncated_candidates_are_recorded_and_masked_or_penalised(tmp_path, tiny_model_dir, train_problems_file,
+                                                                 runner, mode):
+    cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1},
+                          sampling={"max_new_tokens": 3, "stop": []},  # every candidate hits the limit
+                          reward={"overlong": {"mode": mode, "buffer_tokens": 2}})
+    assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    metrics = next(e for e in events if e["event"] == "step")["metrics"]
+    assert metrics["rollout/truncated_frac"] == 1.0 and metrics["completion_len/max"] == 3
+    cands = [c for e in events if e["event"] == "problem" for c in e["candidates"]]
+    assert all(c["truncated"] for c in cands)
+    if mode == "mask":  # nothing left to learn from: no optimizer step
+        assert metrics["grad_norm"] == 0.0 and metrics["loss/policy"] == 0.0
+    else:  # length 3 at max 3 with a buffer of 2: the full penalty of -1
+        assert all(c["overlong_penalty"] == -1.0 for c in cands)

@@ -1,0 +1,100 @@
+"""What a run actually runs on: the ``start`` event's ``runtime`` block (a preflight, recorded).
+
+Qwen3.5's Gated DeltaNet layers have two implementations in transformers: the kernels of
+``flash-linear-attention`` (``fla``) and ``causal-conv1d`` when those packages import, else a
+reference PyTorch fallback that is correct but slow (and a known source of sampler/trainer
+log-prob drift in half precision). transformers picks one when the model's module is imported and
+only says so in a log line; this module reads the choice back and puts it next to the versions,
+device, dtype and layer mix, so the run page shows it and a GPU run on a fallback is a visible
+warning rather than a silent slowdown.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections import Counter
+from typing import Any
+
+# transformers' hub-kernel wrappers: (name in the runtime block, function in the modeling module,
+# package that provides the fast kernel, the name of the fast implementation)
+_KERNELS = (
+    ("gated_delta_rule", "torch_chunk_gated_delta_rule", "flash-linear-attention", "fla"),
+    ("causal_conv1d", "causal_conv1d_fn", "causal-conv1d", "cuda"),
+)
+
+
+def describe(model: Any, *, dtype: str, device: Any) -> dict:
+    """``{torch, transformers, peft, accelerate, device, dtype, architecture, layer_types, kernels,
+    warnings}`` for ``model`` (a transformers model, possibly LoRA-wrapped)."""
+    import torch
+
+    base = _base_model(model)
+    config = getattr(base, "config", None)
+    device_name = str(device)
+    if getattr(device, "type", None) == "cuda" and torch.cuda.is_available():
+        device_name = f"{device} ({torch.cuda.get_device_name(device)})"
+    param = next(iter(base.parameters()), None)
+    types = list(getattr(config, "layer_types", None) or [])
+    if not types and config is not None:
+        types = ["full_attention"] * int(getattr(config, "num_hidden_layers", 0) or 0)
+    kernels = {"attention": str(getattr(config, "_attn_implementation", None) or "eager")}
+    if "linear_attention" in types:
+        module = sys.modules.get(type(base).__module__)
+        for key, function, _, fast in _KERNELS:
+            kernels[key] = fast if _uses_fast_kernel(getattr(module, function, None)) else "torch"
+    return {
+        **versions(),
+        "device": device_name,
+        "dtype": str(param.dtype).removeprefix("torch.") if param is not None else dtype,
+        "architecture": type(base).__name__,
+        "layer_types": dict(Counter(types)),
+        "kernels": kernels,
+        "warnings": kernel_warnings(kernels, on_gpu=getattr(device, "type", str(device)) == "cuda"),
+    }
+
+
+def versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "peft", "accelerate"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def kernel_warnings(kernels: dict[str, str], *, on_gpu: bool) -> list[str]:
+    """A line per special layer that runs the torch fallback on a GPU (on a CPU the fallback is the
+    only implementation there is, so it is no warning)."""
+    if not on_gpu:
+        return []
+    out = []
+    for key, _, package, _ in _KERNELS:
+        if kernels.get(key) == "torch":
+            out.append(f"{key} runs transformers' PyTorch fallback: slow, and its log-probs drift from the "
+                       f"trainer's in bfloat16; install {package} on the GPU worker (see README, 'GPU extras')")
+    return out
+
+
+def _uses_fast_kernel(fn: Any) -> bool:
+    """Whether transformers' ``use_kernel_func_from_hub_with_fallback`` wrapper ``fn`` resolved to the
+    package's kernel (its closure says so) rather than the torch function it wraps."""
+    if fn is None:
+        return False
+    try:
+        nonlocals = inspect.getclosurevars(fn).nonlocals
+    except (TypeError, ValueError):
+        return False
+    return bool(nonlocals.get("is_new_implementation", False))
+
+
+def _base_model(model: Any) -> Any:
+    inner = model
+    while hasattr(inner, "module") and not hasattr(inner, "get_base_model"):
+        inner = inner.module  # DDP / FSDP
+    while hasattr(inner, "get_base_model") and inner is not inner.get_base_model():
+        inner = inner.get_base_model()
+    return inner
