@@ -119,6 +119,12 @@ def check_model_path(name_or_path: str) -> None:
         raise UsageError(f"model.name_or_path: model path not found: {name_or_path}{hint}")
 
 
+def check_adapter_paths(adapters: tuple[str, ...]) -> None:
+    for adapter in adapters:
+        if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
+            raise UsageError(f"model.adapters: no adapter_config.json in {adapter} (expected a PEFT adapter directory)")
+
+
 def load_problems_or_fail(path: str | Path) -> list[Any]:
     from training.tiny_model import load_problem_file
 
@@ -167,6 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config_for_run(args)
     check_model_path(cfg.model.name_or_path)
+    check_adapter_paths(cfg.model.adapters)
     if not any(p.split == "train" for p in load_problems_or_fail(cfg.problems)):
         raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on")
     if args.resume and not args.out.exists():

@@ -154,10 +154,14 @@ class ModelConfig(_Section):
     """LoRA adapter settings; null trains every weight (full fine-tune)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower)."""
+    adapters: tuple[str, ...] = ()
+    """PEFT adapter directories merged into the base, in order, before training (continuing a LoRA run)."""
 
     def _check(self) -> None:
         if not self.name_or_path.strip():
             raise ConfigError("name_or_path", "must not be empty; give a hub id or a local model directory")
+        if any(not a.strip() for a in self.adapters):
+            raise ConfigError("adapters", "must not contain an empty path; give PEFT adapter directories")
 
 
 @dataclass(frozen=True)

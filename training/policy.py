@@ -256,6 +256,8 @@ def load_policy(model_config: Any, *, device: torch.device | str | None = None, 
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype(model_config.dtype))
     except (OSError, ValueError) as e:
         raise ModelLoadError(_load_message(name, "model", e)) from None
+    for adapter in model_config.adapters:
+        model = merge_adapter(model, adapter)
     if device is not None:
         model.to(device)
     if model.config.pad_token_id is None:
@@ -292,6 +294,18 @@ def load_policy(model_config: Any, *, device: torch.device | str | None = None, 
         model.enable_input_require_grads()
     model.train()
     return Policy(model=model, tokenizer=tokenizer, ref_model=None, is_lora=True)
+
+
+def merge_adapter(model: torch.nn.Module, adapter_dir: str) -> torch.nn.Module:
+    """``model`` with the PEFT adapter at ``adapter_dir`` folded into its weights (a plain model again)."""
+    from peft import PeftModel
+
+    try:
+        peft_model = PeftModel.from_pretrained(model, adapter_dir)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"model.adapters: cannot load the adapter from {adapter_dir!r}: {first}") from None
+    return peft_model.merge_and_unload()
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

@@ -50,7 +50,7 @@ def test_a_user_launches_the_cpu_demo_and_watches_it_learn(page, live_server_url
     page.click("text=New run with this set")
     page.wait_for_url("**/runs/new?problem_set=*")
     page.click("button.preset[data-preset=cpu-demo]")
-    assert page.input_value("input[name='model.name_or_path']") == str(demo_tiny_model)
+    assert page.input_value("input[name='model.name_or_path']") == "models/tiny"
     page.fill("input[name=name]", "browser demo")
     for name, value in {"train.steps": "3", "sampling.problems_per_step": "2", "sampling.candidates_per_problem": "2",
                         "sampling.max_new_tokens": "24", "train.eval_every": "1", "train.eval_samples": "1",

@@ -292,3 +292,16 @@ def test_shared_prefix_decoding_draws_what_the_plain_loop_draws(tiny_model_dir, 
     assert fast.completion_ids == plain.completion_ids
     assert fast.finish_reasons == plain.finish_reasons
     assert fast.texts == plain.texts
+
+
+def test_adapters_in_the_model_config_are_merged_into_the_base(policy, tiny_model_dir, tmp_path):
+    """A run continued from an adapter checkpoint starts from exactly the weights that adapter trained."""
+    policy.model.save_pretrained(tmp_path / "adapter")
+    ids = policy.tokenizer(PROMPTS[0], return_tensors="pt").input_ids
+    with torch.no_grad():
+        expected = policy.model(input_ids=ids).logits  # (1, T, V) base + adapter
+        merged = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), lora=None,
+                                         adapters=(str(tmp_path / "adapter"),)), kl_coef=0.0)
+        torch.testing.assert_close(merged.model(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-5)
+        plain = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), lora=None), kl_coef=0.0)
+        assert not torch.allclose(plain.model(input_ids=ids).logits, expected, atol=1e-5)

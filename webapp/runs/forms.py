@@ -13,13 +13,15 @@ from django import forms
 
 from training.config import ConfigError, json_schema
 
+from .model_refs import WEB_DEFAULT_MODEL
 from .services import validate_config
 
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
     ("Reward", "reward"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
 ]
-SKIP = {"problems"}  # comes from the problem set
+WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
+SKIP = {"problems", "model.adapters"}  # from the problem set; from model.name_or_path (run:<id>/step-<n>)
 
 
 def _group_of(name: str) -> str:
@@ -162,6 +164,7 @@ class RunForm(forms.Form):
 
     def __init__(self, *args, user, initial_config: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.user = user
         from webapp.problems.models import ProblemSet
 
         self.fields["problem_set"].queryset = ProblemSet.objects.visible_to(user).order_by("-created")
@@ -172,6 +175,7 @@ class RunForm(forms.Form):
         self.sections = set()
         self.defaults = {}
         for name, field, default in config_fields():
+            default = WEB_DEFAULTS.get(name, default)
             self.fields[name] = field
             self.defaults[name] = default
             self.initial.setdefault(name, initial.get(name, default))
@@ -202,7 +206,7 @@ class RunForm(forms.Form):
                 continue
             _set(config, name, cleaned.get(name))
         try:
-            self.config = validate_config(config)
+            self.config = validate_config(config, self.user)
         except ConfigError as exc:
             if exc.field in self.fields:
                 self.add_error(exc.field, exc.message)

@@ -1,11 +1,13 @@
 """Named run configs offered by the new-run form and ``GET /api/presets``.
 
 Each config is a partial run config (without ``problems``) merged over the training defaults, so a
-preset only says what differs from them. Every preset is validated by the tests.
+preset only says what differs from them. Models are named as a web user names them (``models/tiny``,
+a hub id), never by a server path; the server resolves them (model_refs). Every preset is validated
+by the tests.
 """
 from __future__ import annotations
 
-from django.conf import settings
+from .model_refs import WEB_DEFAULT_MODEL
 
 
 def presets() -> list[dict]:
@@ -15,7 +17,7 @@ def presets() -> list[dict]:
             "title": "CPU demo — tiny model",
             "description": "The ≈1M-parameter tiny model on CPU: about three to four minutes; watch held-out pass@1 rise.",
             "config": {
-                "model": {"name_or_path": str(settings.MODELS_DIR / "tiny"), "dtype": "float32",
+                "model": {"name_or_path": WEB_DEFAULT_MODEL, "dtype": "float32",
                           "lora": {"r": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": "all-linear"}},
                 # Measured by benchmarks/learning_demo.py (same values; eval/checkpoint cadence aside):
                 # held-out pass@1 0.37 -> 0.72 in about 3 minutes on 2 cores (RESULTS.md).

@@ -1,8 +1,9 @@
 """Run workflows (zulip style: ``verb_noun()`` writes, then notifies).
 
 - ``create_run``: merge the user's config over the training defaults, validate it with
-  ``training.config`` (a ``ConfigError`` names the dotted field), write the run dir (``run.yaml`` and
-  the run's own ``problems.jsonl``), enqueue the supervisor task.
+  ``training.config`` (a ``ConfigError`` names the dotted field) and the model name with ``model_refs``,
+  write the run dir (``run.yaml`` with the resolved model, the run's own ``problems.jsonl``), enqueue
+  the supervisor task. The run's stored config keeps the model name the user gave.
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
   the read models and broadcast it to the channel group ``run-<id>``.
@@ -26,6 +27,7 @@ from django.utils import timezone
 from training.config import ConfigError, RunConfig, config_from_dict, config_to_dict, save_config
 
 from webapp.core.jsonsafe import db_safe
+from .model_refs import WEB_DEFAULT_MODEL, resolve_model
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 
 log = logging.getLogger("crucible.runs")
@@ -42,7 +44,10 @@ def group_name(run_id: int) -> str:
 
 
 def default_config() -> dict:
-    return config_to_dict(RunConfig())
+    """The training defaults, with the model a web user names by default (not the CLI's relative path)."""
+    config = config_to_dict(RunConfig())
+    config["model"]["name_or_path"] = WEB_DEFAULT_MODEL
+    return config
 
 
 def merge_config(base: dict, overrides: dict) -> dict:
@@ -56,15 +61,30 @@ def merge_config(base: dict, overrides: dict) -> dict:
     return out
 
 
-def validate_config(config: dict) -> dict:
-    """The full merged config (as a plain dict) for user overrides ``config``; raises ConfigError."""
+def validate_config(config: dict, user) -> dict:
+    """The full merged config (as a plain dict) for ``user``'s overrides ``config``; raises ConfigError.
+
+    ``model.name_or_path`` must be a name ``user`` may use (model_refs); the result keeps that name.
+    """
     if not isinstance(config, dict):
         raise ConfigError("config", f"must be a mapping of sections (model, sampling, ppo, ...); got {config!r}")
     if "problems" in config:
         raise ConfigError("problems", "is set from the run's problem set; leave it out of the config")
     merged = merge_config(default_config(), config)
     merged["problems"] = "problems.jsonl"  # relative until the run dir exists; create_run sets the real path
-    return config_to_dict(config_from_dict(merged))
+    full = config_to_dict(config_from_dict(merged))
+    if full["model"]["adapters"]:
+        raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
+                                            "your run as run:<id>/step-<n>; leave model.adapters out")
+    resolve_model(full["model"]["name_or_path"], user)
+    return full
+
+
+def trainer_config(full: dict, user) -> dict:
+    """``full`` as the trainer gets it: the model name resolved to a hub id or a server directory."""
+    resolved = resolve_model(full["model"]["name_or_path"], user)
+    return merge_config(full, {"model": {"name_or_path": resolved.name_or_path,
+                                         "adapters": list(resolved.adapters)}})
 
 
 # ---- lifecycle ------------------------------------------------------------------------------------
@@ -85,7 +105,7 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
     if not problem_set.problems.filter(split="train").exists():
         raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split; "
                                          "upload problems with split: train")
-    full = validate_config(config)
+    full = validate_config(config, owner)
     from webapp.problems.services import write_problems_jsonl
 
     with transaction.atomic():
@@ -95,7 +115,7 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         run_dir.mkdir(parents=True, exist_ok=True)
         problems_path = write_problems_jsonl(problem_set, run_dir / "problems.jsonl")
         full["problems"] = str(Path(problems_path).resolve())
-        save_config(config_from_dict(full), run_dir / "run.yaml")
+        save_config(config_from_dict(trainer_config(full, owner)), run_dir / "run.yaml")
         run.config, run.run_dir = full, str(run_dir.resolve())
         run.save(update_fields=["config", "run_dir"])
         transaction.on_commit(lambda: enqueue_run(run))

@@ -122,15 +122,26 @@ def trainer_command(run: Run, *, resume: bool) -> list[str]:
     return [sys.executable, *args]
 
 
-def start_trainer(run: Run, *, resume: bool) -> subprocess.Popen:
+def trainer_env() -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # The trainer works in its run dir (below), so the project must be importable from elsewhere.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(settings.BASE_DIR), os.environ.get("PYTHONPATH")) if p)
+    if settings.HF_OFFLINE:  # without a network the hub client would retry for about a minute first
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+def start_trainer(run: Run, *, resume: bool) -> subprocess.Popen:
+    env = trainer_env()
     command = trainer_command(run, resume=resume)
     stdout = open(run.path / "stdout.log", "ab")
     stderr = open(run.path / "stderr.log", "ab")
     try:
         stderr.write(f"\n--- {timezone.now().isoformat()} {' '.join(command)}\n".encode())
         stderr.flush()
-        return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+        # cwd is the run dir: a hub id (org/name) that also names a directory relative to the trainer's
+        # working directory would be loaded from there, and the run dir holds only the run's own files.
+        return subprocess.Popen(command, cwd=run.path, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=stderr, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     finally:
         stdout.close()

@@ -50,6 +50,7 @@ def test_local_secret_key_is_generated_once_and_kept(tmp_path):
     ("REDIS_URL", "http://localhost:6379", "REDIS_URL='http://localhost:6379'"),
     ("DEBUG", "maybe", "DEBUG='maybe'"),
     ("CRUCIBLE_UPLOAD_MAX_MB", "lots", "CRUCIBLE_UPLOAD_MAX_MB='lots'"),
+    ("CRUCIBLE_HF_OFFLINE", "perhaps", "CRUCIBLE_HF_OFFLINE='perhaps'"),
 ])
 def test_bad_environment_values_fail_loudly_naming_the_variable(name, value, message, tmp_path):
     result = load("webapp.settings.local", tmp_path, **{name: value})

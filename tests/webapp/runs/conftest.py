@@ -37,7 +37,15 @@ def make_problem_set(owner, name="small set", data: bytes | None = None):
 def runs_dir(settings, tmp_path):
     settings.RUNS_DIR = tmp_path / "runs"
     settings.MODELS_DIR = tmp_path / "models"
+    install_model_stub(settings.MODELS_DIR / "tiny")  # what the web default, models/tiny, names
     return settings.RUNS_DIR
+
+
+def install_model_stub(directory: Path) -> Path:
+    """A directory that passes for an installed model (its config.json) where nothing loads it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text("{}")
+    return directory
 
 
 @pytest.fixture
@@ -120,13 +128,13 @@ def tiny_model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
-def demo_config(tiny_model_dir, steps=2):
-    """The CPU demo preset, shrunk to a few seconds a step, pointing at the session's tiny model."""
+def demo_config(steps=2):
+    """The CPU demo preset (models/tiny: point settings.MODELS_DIR at the session's tiny model's parent),
+    shrunk to a few seconds a step."""
     from webapp.runs.presets import get_preset
     from webapp.runs.services import merge_config
 
     return merge_config(get_preset("cpu-demo")["config"], {
-        "model": {"name_or_path": str(tiny_model_dir)},
         "sampling": {"problems_per_step": 2, "candidates_per_problem": 2, "max_new_tokens": 24},
         "train": {"steps": steps, "eval_every": 1, "eval_samples": 1, "checkpoint_every": 1},
     })

@@ -129,15 +129,16 @@ def test_checkpoint_download_refuses_symlinks_and_escapes(client_alice, run, tmp
     assert client_alice.get(f"/api/runs/{run.pk}/checkpoints/{ckpt.pk}/download").status_code == 403
 
 
-def test_presets_are_valid_configs_and_the_demo_points_at_the_tiny_model(client_alice, settings):
+def test_presets_are_valid_configs_and_the_demo_points_at_the_tiny_model(client_alice, user, settings):
     from webapp.runs.services import validate_config
 
     presets = client_alice.get("/api/presets").json()
     assert {p["title"] for p in presets} >= {"CPU demo — tiny model", "Qwen3.5-9B LoRA on one 80 GB GPU"}
     for p in presets:
-        validate_config(p["config"])
+        validate_config(p["config"], user)
     demo = next(p for p in presets if p["name"] == "cpu-demo")
-    assert demo["config"]["model"]["name_or_path"] == str(settings.MODELS_DIR / "tiny")
+    assert demo["config"]["model"]["name_or_path"] == "models/tiny"  # the user-facing name, never a server path
+    assert str(settings.DATA_DIR) not in json.dumps(presets) and str(settings.MODELS_DIR) not in json.dumps(presets)
 
 
 def test_token_auth_works_and_anonymous_gets_401(client, user, run):

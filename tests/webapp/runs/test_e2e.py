@@ -31,10 +31,11 @@ async def collect_events(base_url: str, run_id: int, token: str, timeout: float)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_real_short_run_streams_to_the_database_and_a_websocket(celery_worker, live_server_url, user,
-                                                                   tiny_model_dir):
+                                                                   tiny_model_dir, settings):
+    settings.MODELS_DIR = tiny_model_dir.parent  # the preset's models/tiny is the session's tiny model
     problem_set = make_problem_set(user, "demo", DEMO.read_bytes())
     token = ApiToken.issue(user, "e2e")[1]
-    run = create_run(user, "e2e run", problem_set, demo_config(tiny_model_dir, steps=2))
+    run = create_run(user, "e2e run", problem_set, demo_config(steps=2))
 
     events = asyncio.run(collect_events(live_server_url, run.pk, token, timeout=600))
 

@@ -10,7 +10,7 @@ import pytest
 
 from webapp.runs.models import Run, RunEvent, StepMetric
 from webapp.runs.services import cancel_run
-from webapp.runs.supervisor import fail_lost_runs, pid_alive, supervise_run, trainer_command
+from webapp.runs.supervisor import fail_lost_runs, pid_alive, supervise_run, trainer_command, trainer_env
 
 from .conftest import ROOT, write_events, step_event
 
@@ -72,6 +72,15 @@ def test_multi_gpu_runs_go_through_accelerate_launch(run, settings):
     settings.GPU_COUNT = 4
     command = trainer_command(run, resume=False)
     assert command[1:5] == ["-m", "accelerate.commands.launch", "--num_processes", "4"]
+
+
+def test_hf_offline_puts_trainers_in_the_hubs_offline_mode(settings, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    settings.HF_OFFLINE = False
+    assert "HF_HUB_OFFLINE" not in trainer_env() and "TRANSFORMERS_OFFLINE" not in trainer_env()
+    settings.HF_OFFLINE = True
+    assert trainer_env()["HF_HUB_OFFLINE"] == trainer_env()["TRANSFORMERS_OFFLINE"] == "1"
 
 
 @pytest.mark.django_db(transaction=True)
