@@ -27,6 +27,7 @@ VARIABLES = {
     "CRUCIBLE_GPU_WORKERS": "Celery worker processes on queue gpu started by make run (default 1)",
     "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
     "DEBUG": "1 to enable Django debug pages (local only; default 0)",
+    "CRUCIBLE_PASSWORD": "password for manage.py create_user (read instead of --password, which the process list shows)",
 }
 
 

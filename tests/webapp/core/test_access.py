@@ -111,3 +111,12 @@ def test_a_logged_in_session_still_needs_the_csrf_token_for_unsafe_api_calls(use
     client.force_login(user)
     response = client.post("/api/runs", content_type="application/json", data="{}")
     assert response.status_code == 403
+
+
+@pytest.mark.django_db
+def test_every_response_carries_a_content_security_policy_without_inline_scripts(client, user):
+    client.force_login(user)
+    for path in ("/", "/runs/", "/problem-sets/", "/api/docs", "/login/"):
+        policy = client.get(path)["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+        assert "frame-ancestors 'none'" in policy
