@@ -11,11 +11,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from webapp.accounts.auth import BearerWebsocketMiddleware  # noqa: E402
+from webapp.core.realtime import ChannelLayerGuard  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter({
     "http": django_asgi_app,
-    "websocket": AllowedHostsOriginValidator(
+    "websocket": AllowedHostsOriginValidator(ChannelLayerGuard(
         AuthMiddlewareStack(BearerWebsocketMiddleware(URLRouter(websocket_urlpatterns)))
-    ),
+    )),
 })

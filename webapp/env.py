@@ -28,6 +28,7 @@ VARIABLES = {
     "CRUCIBLE_HF_OFFLINE": "1: trainers never reach the Hugging Face hub (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE), so a hub id that is not in the local cache fails at once (default 0)",
     "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
     "DEBUG": "1 to enable Django debug pages (local only; default 0)",
+    "CRUCIBLE_PASSWORD": "password for manage.py create_user (read instead of --password, which the process list shows)",
 }
 
 
@@ -37,7 +38,10 @@ def data_dir() -> Path:
     if not path.is_absolute():
         path = (BASE_DIR / path).resolve()
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Uploads, checkpoints, the secret key and the SQLite database: nobody else's business.
+        if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+            path.chmod(0o700)
     except OSError as exc:
         raise ConfigurationError(f"CRUCIBLE_DATA_DIR={raw!r}: cannot create the directory ({exc})") from exc
     return path
@@ -78,6 +82,24 @@ def get_list(name: str, default: list[str]) -> list[str]:
     return items
 
 
+SECRET_KEY_MIN_LENGTH = 50      # Django's own deployment check asks for the same
+SECRET_KEY_MIN_DISTINCT = 5
+
+
+def production_secret_key() -> str:
+    """SECRET_KEY from the environment; refused when missing, short or repetitive (sessions, CSRF
+    tokens and password-reset links are only as strong as it is)."""
+    key = os.environ.get("SECRET_KEY", "")
+    if not key:
+        raise ConfigurationError("SECRET_KEY is required in production (set it to a long random string)")
+    if len(key) < SECRET_KEY_MIN_LENGTH or len(set(key)) < SECRET_KEY_MIN_DISTINCT:
+        raise ConfigurationError(
+            f"SECRET_KEY is too weak ({len(key)} characters, {len(set(key))} different): use at least "
+            f"{SECRET_KEY_MIN_LENGTH} random characters, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'")
+    return key
+
+
 def local_secret_key(directory: Path) -> str:
     """The SECRET_KEY from the environment, else one generated once and kept under the data dir."""
     if os.environ.get("SECRET_KEY"):
@@ -97,9 +119,14 @@ def database_config(directory: Path) -> dict:
 
     raw = os.environ.get("DATABASE_URL", "")
     if not raw:
+        database = directory / "db.sqlite3"
+        # Created owner-only before SQLite opens it (SQLite gives its -wal/-shm files the same mode).
+        database.touch(mode=0o600, exist_ok=True)
+        if database.stat().st_uid == os.getuid() and database.stat().st_mode & 0o077:
+            database.chmod(0o600)
         return {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(directory / "db.sqlite3"),
+            "NAME": str(database),
             # IMMEDIATE: a transaction that reads and then writes (select_for_update is a no-op on SQLite)
             # would otherwise fail at once with "database is locked" when another process writes.
             "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},

@@ -3,13 +3,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from webapp.accounts import views as account_views
+from webapp.accounts.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 from webapp.api import api
 from webapp.core import views as core_views
+
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("", core_views.dashboard, name="dashboard"),
     path("healthz", core_views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", account_views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", account_views.revoke_token, name="revoke-token"),

@@ -1,3 +1,10 @@
+// Forms that ask before they post (no inline handlers: the Content-Security-Policy forbids them).
+document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+  form.addEventListener("submit", function (e) {
+    if (!confirm(form.dataset.confirm)) e.preventDefault();
+  });
+});
+
 // Problem-set page: follow a pending/running validation (websocket, with polling as the fallback)
 // and reload once it has finished, so the per-problem verdicts appear without a manual refresh.
 (function () {

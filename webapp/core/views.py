@@ -4,14 +4,17 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .health import health
+from .health import health, public_view
 
 
 @login_not_required
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
+    """Public status (a report at most a few seconds old); worker host names only for logged-in users."""
     report, ok = health()
+    if not request.user.is_authenticated:
+        report = public_view(report)
     return JsonResponse(report, status=200 if ok else 503)
 
 

@@ -157,10 +157,46 @@ def enqueue_validation(problem_set: ProblemSet) -> ProblemSet:
         locked.save(update_fields=["validation_generation", "validation_status", "validation_error",
                                    "validation_started", "validation_finished"])
         generation = locked.validation_generation
-        transaction.on_commit(lambda: tasks.validate.delay(locked.pk, generation))
+        transaction.on_commit(lambda: publish_validation(locked.pk, generation))
     problem_set.validation_generation = generation
     problem_set.validation_status = locked.validation_status
     return locked
+
+
+def validation_task_id(problem_set_id: int, generation: int) -> str:
+    """One id per validation request, so the sweep can tell whether the broker still holds its task."""
+    return f"validate-{problem_set_id}-{generation}"
+
+
+def publish_validation(problem_set_id: int, generation: int) -> bool:
+    """Publish `problems.validate`; False (logged) when the broker is down: the set stays pending and
+    ``republish_pending_validations`` publishes it again."""
+    from webapp.core.broker import publish
+
+    from . import tasks
+
+    return publish(tasks.validate, args=[problem_set_id, generation],
+                   task_id=validation_task_id(problem_set_id, generation), queue="sandbox")
+
+
+def republish_pending_validations() -> list[int]:
+    """Publish again the validation of every pending set whose task the broker does not hold (a publish
+    that failed while Redis was down, or a message lost with it). Returns the set ids published; raises
+    ``BrokerUnavailable`` while the broker is down. A task published twice is harmless: the second copy
+    finds the set's generation validated (or under way) and does nothing new."""
+    from webapp.core.broker import held_task_ids
+
+    pending = list(ProblemSet.objects.filter(validation_status=ProblemSet.Validation.PENDING)
+                   .values_list("pk", "validation_generation"))
+    if not pending:
+        return []
+    held = held_task_ids("sandbox")
+    published = [pk for pk, generation in pending
+                 if validation_task_id(pk, generation) not in held and publish_validation(pk, generation)]
+    if published:
+        log.warning("published the validation again for problem sets %s (the broker held no task for them)",
+                    published)
+    return published
 
 
 @dataclass

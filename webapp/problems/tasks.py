@@ -11,3 +11,11 @@ def validate(problem_set_id: int, generation: int | None = None, force: bool = F
 
     problem_set = validate_problem_set(problem_set_id, generation, force=force)
     return problem_set.validation_status if problem_set else None
+
+
+@app.task(name="problems.republish_pending_validations", ignore_result=True)
+def republish_pending_validations() -> list[int]:
+    """Publish the validation of pending sets the broker holds no task for (beat)."""
+    from .services import republish_pending_validations as republish
+
+    return republish()

@@ -37,6 +37,12 @@ class Error(Schema):
     field: str | None = None
 
 
+class QueueDown(Schema):
+    detail: str
+    id: int
+    status: str
+
+
 class StatusOut(Schema):
     status: str
 
@@ -117,7 +123,8 @@ def _run(request: HttpRequest, run_id: int) -> Run:
     return get_object_or_404(Run.objects.visible_to(_user(request)), pk=run_id)
 
 
-@router.post("", response={201: RunCreated, 400: Error}, summary="Create and launch a run")
+@router.post("", response={201: RunCreated, 400: Error, 503: QueueDown},
+             summary="Create and launch a run (503: saved and queued, but the task queue is unreachable)")
 def create_run(request: HttpRequest, payload: RunIn):
     from webapp.problems.models import ProblemSet
 
@@ -130,6 +137,10 @@ def create_run(request: HttpRequest, payload: RunIn):
         run = services.create_run(user, payload.name, problem_set, payload.config)
     except ConfigError as exc:
         return Status(400, {"detail": str(exc), "field": exc.field})
+    if run.enqueued is False:
+        return Status(503, {"detail": f"run {run.pk} is saved and queued, but the task queue (Redis) is "
+                                      "unreachable; it starts by itself once Redis is back",
+                            "id": run.pk, "status": run.status})
     return Status(201, {"id": run.pk, "status": run.status})
 
 

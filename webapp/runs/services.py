@@ -3,7 +3,9 @@
 - ``create_run``: merge the user's config over the training defaults, validate it with
   ``training.config`` (a ``ConfigError`` names the dotted field) and the model name with ``model_refs``,
   write the run dir (``run.yaml`` with the resolved model, the run's own ``problems.jsonl``), enqueue
-  the supervisor task. The run's stored config keeps the model name the user gave.
+  the supervisor task after the commit (a failed publish leaves the run queued;
+  ``republish_queued_runs``, run by beat, publishes it again). The run's stored config keeps the
+  model name the user gave.
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
   the read models and broadcast it to the channel group ``run-<id>``.
@@ -118,15 +120,50 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         save_config(config_from_dict(trainer_config(full, owner)), run_dir / "run.yaml")
         run.config, run.run_dir = full, str(run_dir.resolve())
         run.save(update_fields=["config", "run_dir"])
-        transaction.on_commit(lambda: enqueue_run(run))
+        _enqueue_on_commit(run)
     notify_status(run)
     return run
 
 
-def enqueue_run(run: Run) -> None:
+def _enqueue_on_commit(run: Run) -> None:
+    """Publish the run's supervisor once the queued row is committed; ``run.enqueued`` says how it went
+    (None until the commit, then True, or False when the broker was down and the sweep will publish)."""
+    run.enqueued = None
+
+    def publish() -> None:
+        run.enqueued = enqueue_run(run)
+
+    transaction.on_commit(publish)
+
+
+def enqueue_run(run: Run) -> bool:
+    """Publish the supervisor task of a queued run; False (logged) when the broker is unreachable."""
+    from webapp.core.broker import publish
+
     from .tasks import supervise
 
-    supervise.apply_async(args=[run.pk], task_id=run.celery_task_id, queue="gpu")
+    return publish(supervise, args=[run.pk], task_id=run.celery_task_id, queue="gpu")
+
+
+def republish_queued_runs() -> list[int]:
+    """Publish again the supervisor of every queued run whose task the broker does not hold.
+
+    Catches a publish that failed after its run was committed (broker down) and a message the broker
+    lost (a restarted Redis without persistence). A task published twice is harmless: the supervisor
+    claims the run under a row lock and the second copy finds it no longer queued. Returns the ids
+    published; raises ``BrokerUnavailable`` while the broker is down.
+    """
+    from webapp.core.broker import held_task_ids
+
+    queued = list(Run.objects.filter(status=Run.Status.QUEUED).order_by("created"))
+    if not queued:
+        return []
+    held = held_task_ids("gpu")
+    published = [run.pk for run in queued if run.celery_task_id not in held and enqueue_run(run)]
+    if published:
+        log.warning("published the supervisor again for queued runs %s (the broker held no task for them)",
+                    published)
+    return published
 
 
 def cancel_run(run: Run) -> str:
@@ -141,7 +178,7 @@ def resume_run(run: Run) -> Run:
     run.requeue()
     run.celery_task_id = uuid.uuid4().hex
     run.save(update_fields=["celery_task_id"])
-    transaction.on_commit(lambda: enqueue_run(run))
+    _enqueue_on_commit(run)
     notify_status(run)
     return run
 

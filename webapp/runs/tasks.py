@@ -38,3 +38,21 @@ def _fail_runs_of_dead_workers(sender=None, **kwargs) -> None:
         return
     if lost:
         log.warning("runs %s lost their worker; marked failed", lost)
+
+
+@shared_task(name="runs.republish_queued_runs", ignore_result=True)
+def republish_queued_runs() -> list[int]:
+    """Publish the supervisor of queued runs the broker holds no task for (beat, and at worker start)."""
+    from .services import republish_queued_runs as republish
+
+    return republish()
+
+
+@worker_ready.connect
+def _republish_queued_runs(sender=None, **kwargs) -> None:
+    from .services import republish_queued_runs as republish
+
+    try:
+        republish()
+    except Exception:  # a worker must start even if the database or Redis is briefly away
+        log.exception("queued-run check at worker start failed")

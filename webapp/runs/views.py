@@ -11,6 +11,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from training.config import ConfigError
 
+from webapp.core.params import int_param
+
 from . import queries, services
 from .forms import RunForm, flatten
 from .highlight import highlight_python, pygments_css
@@ -47,13 +49,17 @@ def run_new(request: HttpRequest) -> HttpResponse:
             except ConfigError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)
             else:
-                messages.success(request, f"Run {run.name} queued.")
+                if run.enqueued is False:
+                    messages.warning(request, f"Run {run.name} is queued, but the task queue (Redis) is "
+                                              "unreachable; it starts by itself once Redis is back.")
+                else:
+                    messages.success(request, f"Run {run.name} queued.")
                 return redirect("run-detail", run_id=run.pk)
     else:
         initial = {"name": f"{preset['name']} run"}
-        problem_set = request.GET.get("problem_set", "")
-        if problem_set.isdigit():
-            initial["problem_set"] = int(problem_set)
+        problem_set = int_param(request.GET.get("problem_set"))
+        if problem_set is not None:
+            initial["problem_set"] = problem_set
         form = RunForm(user=request.user, initial=initial, initial_config=initial_config)
         if "problem_set" not in initial:  # preselect the newest set rather than an empty "---------"
             newest = form.fields["problem_set"].queryset.first()
@@ -112,8 +118,7 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     status = request.GET.get("status") or None
     if status not in (None, "failed", "passed"):
         raise Http404("status must be failed or passed")
-    step = request.GET.get("step", "")
-    candidates = queries.candidates(run, problem_id, status=status, step=int(step) if step.isdigit() else None)
+    candidates = queries.candidates(run, problem_id, status=status, step=int_param(request.GET.get("step")))
     shown = candidates[:50]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
@@ -145,10 +150,11 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_GET
 def run_compare(request: HttpRequest) -> HttpResponse:
     raw = [x for x in request.GET.get("ids", "").split(",") if x.strip()]
-    if not all(x.strip().isdigit() for x in raw):
-        messages.error(request, f"ids must be run numbers separated by commas, got {request.GET.get('ids')!r}")
+    ids = [int_param(x) for x in raw]
+    if None in ids:
+        messages.error(request, f"ids must be run numbers separated by commas, got {request.GET.get('ids')[:100]!r}")
         return redirect("run-list")
-    ids = list(dict.fromkeys(int(x) for x in raw))
+    ids = list(dict.fromkeys(ids))
     runs = {r.pk: r for r in Run.objects.visible_to(request.user).select_related("problem_set").filter(pk__in=ids)}
     missing = [i for i in ids if i not in runs]
     if missing:

@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # its Swagger UI from the wheel's static files, not a CDN (the CSP allows only this origin)
     "webapp.accounts",
     "webapp.core",
     "webapp.problems",
@@ -32,6 +33,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.core.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -125,6 +127,7 @@ CELERY_TASK_DEFAULT_QUEUE = "sandbox"
 CELERY_TASK_ROUTES = {
     # The gpu workers are busy supervising runs; the check for runs whose worker died runs beside them.
     "runs.fail_lost_runs": {"queue": "sandbox"},
+    "runs.republish_queued_runs": {"queue": "sandbox"},
     "runs.*": {"queue": "gpu"},
     "problems.*": {"queue": "sandbox"},
     "core.*": {"queue": "sandbox"},
@@ -133,12 +136,20 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 7 * 24 * 3600}  # long runs must not be redelivered
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 7 * 24 * 3600,  # long runs must not be redelivered
+    "socket_connect_timeout": 5,          # a request that publishes fails fast when Redis is gone
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Celery beat (`make run`: inside the sandbox worker; compose: the `beat` service) looks for runs whose
-# supervisor died every minute, so a lost run turns `failed` even if nobody opens its page.
+# supervisor died every minute, so a lost run turns `failed` even if nobody opens its page, and
+# publishes again the tasks of queued runs and pending validations that the broker does not hold
+# (a publish that failed while Redis was down, a message lost with a restarted Redis).
 CELERY_BEAT_SCHEDULE = {
     "fail-lost-runs": {"task": "runs.fail_lost_runs", "schedule": 60.0, "options": {"expires": 55}},
+    "republish-queued-runs": {"task": "runs.republish_queued_runs", "schedule": 30.0, "options": {"expires": 25}},
+    "republish-pending-validations": {"task": "problems.republish_pending_validations", "schedule": 30.0,
+                                      "options": {"expires": 25}},
 }
 # A run supervisor survives a broker reconnect; a redelivered copy finds the run owned and stops.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -5,11 +5,9 @@ from webapp import env
 
 from .base import *  # noqa: F401,F403
 
-if not os.environ.get("SECRET_KEY"):
-    raise env.ConfigurationError("SECRET_KEY is required in production (set it to a long random string)")
+SECRET_KEY = env.production_secret_key()
 if not os.environ.get("ALLOWED_HOSTS"):
     raise env.ConfigurationError("ALLOWED_HOSTS is required in production (comma-separated host names)")
-SECRET_KEY = os.environ["SECRET_KEY"]
 DEBUG = False
 SESSION_COOKIE_SECURE = env.get_bool("SECURE_COOKIES", True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

@@ -88,3 +88,35 @@ def test_unknown_api_paths_answer_json_404(client, django_user_model, method, lo
     assert "/api/runz/1/metrics" in response.json()["detail"]
     # Known endpoints still win over the catch-all.
     assert client.get("/api/me").status_code == (200 if logged_in else 401)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("method", ["post", "delete"])
+def test_anonymous_unsafe_api_calls_answer_401_json_not_a_csrf_403(method):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    for path in ("/api/runs", "/api/problem-sets", "/api/runs/1/cancel", "/api/problem-sets/1"):
+        response = getattr(client, method)(path, content_type="application/json", data="{}")
+        assert response.status_code in (401, 405), (path, response.status_code, response.content[:200])
+        if response.status_code == 401:
+            assert response.json() == {"detail": "Unauthorized"}, path
+
+
+@pytest.mark.django_db
+def test_a_logged_in_session_still_needs_the_csrf_token_for_unsafe_api_calls(user):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    response = client.post("/api/runs", content_type="application/json", data="{}")
+    assert response.status_code == 403
+
+
+@pytest.mark.django_db
+def test_every_response_carries_a_content_security_policy_without_inline_scripts(client, user):
+    client.force_login(user)
+    for path in ("/", "/runs/", "/problem-sets/", "/api/docs", "/login/"):
+        policy = client.get(path)["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+        assert "frame-ancestors 'none'" in policy

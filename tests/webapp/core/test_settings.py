@@ -6,6 +6,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+STRONG_KEY = "k3Jq9-vX_2mPz8rT4wYb6nLc0dFh5sAe7gKu1iOo3qRt9yUx2vWz"
 
 
 def load(module: str, tmp_path, **env_overrides) -> subprocess.CompletedProcess:
@@ -25,7 +26,7 @@ def test_settings_load_with_embedded_defaults(module, tmp_path):
 
 
 def test_production_settings_load_with_required_variables(tmp_path):
-    result = load("webapp.settings.production", tmp_path, SECRET_KEY="x" * 50, ALLOWED_HOSTS="crucible.example",
+    result = load("webapp.settings.production", tmp_path, SECRET_KEY=STRONG_KEY, ALLOWED_HOSTS="crucible.example",
                   DATABASE_URL="postgres://postgres@127.0.0.1:5432/test")
     assert result.returncode == 0, result.stderr
     assert "postgresql False" in result.stdout
@@ -35,6 +36,28 @@ def test_production_refuses_to_start_without_a_secret_key(tmp_path):
     result = load("webapp.settings.production", tmp_path, ALLOWED_HOSTS="crucible.example")
     assert result.returncode != 0
     assert "SECRET_KEY is required in production" in result.stderr
+
+
+@pytest.mark.parametrize("key", ["x", "x" * 50, "short-but-random-9f3k"])
+def test_production_refuses_a_short_or_repetitive_secret_key(key, tmp_path):
+    result = load("webapp.settings.production", tmp_path, SECRET_KEY=key, ALLOWED_HOSTS="crucible.example",
+                  DATABASE_URL="postgres://postgres@127.0.0.1:5432/test")
+    assert result.returncode != 0
+    assert "SECRET_KEY is too weak" in result.stderr and "token_urlsafe(50)" in result.stderr
+
+
+def test_the_data_dir_and_sqlite_database_are_private_to_their_owner(tmp_path):
+    data = tmp_path / "data"
+    result = load("webapp.settings.local", tmp_path, CRUCIBLE_DATA_DIR=str(data))
+    assert result.returncode == 0, result.stderr
+    code = ("import django; django.setup(); from django.db import connection; "
+            "connection.cursor().execute('CREATE TABLE t (x int)')")
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DATABASE_URL")}
+    env.update(CRUCIBLE_DATA_DIR=str(data), DJANGO_SETTINGS_MODULE="webapp.settings.local")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (data.stat().st_mode & 0o777) == 0o700
+    assert (data / "db.sqlite3").stat().st_mode & 0o077 == 0
 
 
 def test_local_secret_key_is_generated_once_and_kept(tmp_path):
