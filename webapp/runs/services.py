@@ -116,9 +116,10 @@ def cancel_run(run: Run) -> str:
     return status
 
 
-def resume_run(run: Run) -> Run:
-    """failed | cancelled -> queued; the trainer is started with ``--resume`` (last checkpoint)."""
-    run.requeue()
+def resume_run(run: Run, *, automatic: bool = False) -> Run:
+    """failed | cancelled -> queued; the trainer is started with ``--resume`` (last checkpoint).
+    ``automatic``: the resume of a run a worker shutdown stopped (see ``Run.requeue``)."""
+    run.requeue(automatic=automatic)
     run.celery_task_id = uuid.uuid4().hex
     run.save(update_fields=["celery_task_id"])
     transaction.on_commit(lambda: enqueue_run(run))
