@@ -26,9 +26,11 @@ from django.utils import timezone
 from training.config import ConfigError, RunConfig, config_from_dict, config_to_dict, save_config
 
 from webapp.core.jsonsafe import db_safe
+from webapp.core.outage import OutageLog
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 
 log = logging.getLogger("crucible.runs")
+channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
 
 EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done")
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
@@ -283,7 +285,9 @@ def broadcast_event(run_id: int, message: dict) -> None:
     try:
         async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.event", "event": message})
     except Exception:  # a missing live update must never lose the stored event
-        log.exception("broadcast of run %s event failed", run_id)
+        channel_layer_outage.failed("broadcast of run %s event failed", run_id)
+    else:
+        channel_layer_outage.succeeded()
 
 
 def notify_status(run: Run) -> None:
@@ -299,4 +303,4 @@ def notify_status(run: Run) -> None:
         async_to_sync(layer.group_send)(f"user-{run.owner_id}", {"type": "notify", "payload": {
             "kind": "run", "id": run.pk, "name": run.name, "status": run.status}})
     except Exception:
-        log.exception("notification for run %s failed", run.pk)
+        channel_layer_outage.failed("notification for run %s failed", run.pk)
