@@ -71,6 +71,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _previous_port(port_file: Path) -> int | None:
+    try:
+        port = int(port_file.read_text())
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+        return port
+    except (OSError, ValueError):
+        return None
+
+
+def owned_redis_exited() -> bool:
+    """Whether the embedded server this process started has died (False when it started none)."""
+    return _owned is not None and _owned.poll() is not None
+
+
 def ensure_embedded_redis(data_dir: Path) -> str:
     """Return a URL of a private Redis under ``data_dir``, starting one if none answers."""
     global _owned
@@ -93,7 +108,7 @@ def ensure_embedded_redis(data_dir: Path) -> str:
         sock.unlink(missing_ok=True)
         args += ["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"]
     else:
-        port = _free_port()
+        port = _previous_port(port_file) or _free_port()  # a restart keeps the URL the services know
         port_file.write_text(str(port))
         args += ["--port", str(port), "--bind", "127.0.0.1"]
     # Own session: a terminal's Ctrl-C reaches the launcher, which stops Redis after the workers

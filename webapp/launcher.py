@@ -2,7 +2,10 @@
 
 Starts (or reuses) the embedded Redis, migrates, creates the local admin on first start, loads the
 demo problem set, builds the tiny CPU model, then runs the Celery workers (queues `gpu` and `sandbox`)
-and daphne as children. Ctrl-C (or SIGTERM) stops every child process group, then Redis.
+and daphne as children, and keeps them up: a child that exits, or the embedded Redis, is restarted
+with a message (at most ``MAX_RESTARTS`` times in ``RESTART_WINDOW_S`` per service; past that the
+app stops, since something is broken for good). Ctrl-C (or SIGTERM) stops every child process
+group, then Redis.
 """
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,24 +46,24 @@ def prepare(env: dict) -> None:
         _manage("load_demo", env=env)
 
 
-def start_children(env: dict, port: int) -> list[tuple[str, subprocess.Popen]]:
+def child_commands(port: int) -> dict[str, list[str]]:
     from webapp import env as envmod
 
     gpu_workers = os.environ.get("CRUCIBLE_GPU_WORKERS", "1")
     celery = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
               "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle"]
-    commands = {
+    return {
         "worker-gpu": celery + ["-Q", "gpu", "-c", gpu_workers, "-n", "gpu@%h"],
         # -B: the embedded beat (periodic lost-run check, settings.CELERY_BEAT_SCHEDULE).
         "worker-sandbox": celery + ["-Q", "sandbox", "-c", "2", "-n", "sandbox@%h", "-B",
                                     "-s", str(envmod.data_dir() / "celerybeat-schedule")],
         "web": [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
     }
-    children = []
-    for name, command in commands.items():
-        # Own session per child: Ctrl-C reaches only us, and we stop each child's whole group.
-        children.append((name, subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)))
-    return children
+
+
+def start_child(command: list[str], env: dict) -> subprocess.Popen:
+    # Own session per child: Ctrl-C reaches only us, and we stop each child's whole group.
+    return subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
 
 
 def stop_children(children: list[tuple[str, subprocess.Popen]]) -> None:
@@ -81,11 +86,77 @@ def stop_children(children: list[tuple[str, subprocess.Popen]]) -> None:
             pass
 
 
+RESTART_WINDOW_S = 60.0
+MAX_RESTARTS = 5  # per service within RESTART_WINDOW_S; a service dying faster is broken for good
+
+
+class Services:
+    """The app's child processes (and the embedded Redis, when it is ours), kept running.
+
+    ``check()`` is one pass of the watch loop: each service found dead is restarted, with a message,
+    unless it was restarted ``MAX_RESTARTS`` times within ``RESTART_WINDOW_S``; then ``check()``
+    returns why the app must stop. Redis is checked first, so that the workers restarted after it
+    find it up. A dead child's process group is sent SIGTERM before the restart: a pool process of
+    a dead worker main process stops its run (which then resumes by itself), never supervising it
+    beside the new worker.
+    """
+
+    def __init__(self, commands: dict[str, list[str]], env: dict, *, redis_exited: Callable[[], bool] = lambda: False,
+                 restart_redis: Callable[[], object] = lambda: None, say: Callable[[str], None] = _say,
+                 clock: Callable[[], float] = time.monotonic):
+        self.commands, self.env = commands, env
+        self.redis_exited, self.restart_redis = redis_exited, restart_redis
+        self.say, self.clock = say, clock
+        self.children: dict[str, subprocess.Popen] = {}
+        self._restarts: dict[str, deque[float]] = {}
+
+    def start(self) -> None:
+        for name, command in self.commands.items():
+            self.children[name] = start_child(command, self.env)
+
+    def _may_restart(self, name: str) -> bool:
+        times = self._restarts.setdefault(name, deque())
+        now = self.clock()
+        while times and now - times[0] > RESTART_WINDOW_S:
+            times.popleft()
+        if len(times) >= MAX_RESTARTS:
+            return False
+        times.append(now)
+        return True
+
+    def check(self) -> str | None:
+        """Restart what died; the reason to stop the app when a service keeps dying, else None."""
+        if self.redis_exited():
+            if not self._may_restart("redis"):
+                return f"the embedded Redis died {MAX_RESTARTS} times within {RESTART_WINDOW_S:.0f} s"
+            self.say("the embedded Redis died; restarting it")
+            try:
+                self.restart_redis()
+            except RuntimeError as exc:
+                return f"the embedded Redis could not be restarted: {exc}"
+        for name, proc in self.children.items():
+            if proc.poll() is None:
+                continue
+            if not self._may_restart(name):
+                return f"{name} exited {MAX_RESTARTS} times within {RESTART_WINDOW_S:.0f} s (last status " \
+                       f"{proc.returncode})"
+            self.say(f"{name} exited with status {proc.returncode}; restarting it")
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)  # what is left of it (a dead worker's pool processes)
+            except ProcessLookupError:
+                pass
+            self.children[name] = start_child(self.commands[name], self.env)
+        return None
+
+    def stop(self) -> None:
+        stop_children(list(self.children.items()))
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
     sys.path.insert(0, str(ROOT))
     from webapp import env as envmod
-    from webapp.embedded_redis import stop_embedded_redis
+    from webapp.embedded_redis import ensure_embedded_redis, owned_redis_exited, stop_embedded_redis
 
     try:
         port = envmod.get_int("PORT", 8000, maximum=65535)
@@ -97,7 +168,7 @@ def main() -> int:
     env = dict(os.environ, REDIS_URL=redis_url, PYTHONUNBUFFERED="1")
     _say(f"data directory: {data_dir}")
     _say(f"redis: {redis_url}")
-    children: list = []
+    services = Services({}, env)
     stopping = False
 
     def on_signal(signum, frame):
@@ -110,23 +181,25 @@ def main() -> int:
         prepare(env)
         if stopping:
             return 130
-        children = start_children(env, port)
+        services = Services(child_commands(port), env, redis_exited=owned_redis_exited,
+                            restart_redis=lambda: ensure_embedded_redis(data_dir))
+        services.start()
         _say(f"Crucible is up: http://127.0.0.1:{port}/  (Ctrl-C stops everything)")
         password_file = data_dir / "admin-password.txt"
         if password_file.exists():
             _say(f"log in as admin; the password is in {password_file}")
         while not stopping:
-            for name, proc in children:
-                if proc.poll() is not None:
-                    _say(f"{name} exited with status {proc.returncode}; stopping")
-                    stopping = True
+            reason = services.check()
+            if reason:
+                _say(f"{reason}; stopping")
+                return 1
             time.sleep(0.5)
     except subprocess.CalledProcessError as exc:
         _say(f"error: {' '.join(map(str, exc.cmd))} failed with status {exc.returncode}")
         return 1
     finally:
         _say("stopping...")
-        stop_children(children)
+        services.stop()
         stop_embedded_redis()
         _say("stopped")
     return 0

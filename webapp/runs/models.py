@@ -50,6 +50,9 @@ class Run(models.Model):
     events_offset = models.BigIntegerField(default=0, help_text="bytes of events.jsonl already ingested")
     events_seq = models.IntegerField(default=0, help_text="lines of events.jsonl already ingested")
     resume_count = models.IntegerField(default=0)
+    auto_resume = models.BooleanField(default=False, help_text="stopped by a gpu worker shutdown: resumed "
+                                      "automatically when a gpu worker starts")
+    auto_resumes = models.IntegerField(default=0, help_text="resumes made automatically after worker shutdowns")
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
@@ -114,14 +117,22 @@ class Run(models.Model):
             self._refresh_from(run)
             return run.status
 
-    def requeue(self) -> None:
-        """failed | cancelled -> queued (resume from the last checkpoint)."""
+    def requeue(self, *, automatic: bool = False) -> None:
+        """failed | cancelled -> queued (resume from the last checkpoint).
+
+        ``automatic``: the resume after a worker shutdown, only while one is pending (a run the
+        user resumed, or that failed again since, is left alone). Any resume settles a pending one.
+        """
         with transaction.atomic():
             run = self._locked()
             if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
                 raise TransitionError(f"run {run.pk} is {run.status}; only a failed or cancelled run can be resumed")
+            if automatic and not run.auto_resume:
+                raise TransitionError(f"run {run.pk} is not waiting for an automatic resume")
             run.status, run.error, run.finished = Run.Status.QUEUED, "", None
             run.resume_count += 1
+            run.auto_resumes += automatic
+            run.auto_resume = False
             run.worker_pid = run.trainer_pid = None
             run.save()
             self._refresh_from(run)

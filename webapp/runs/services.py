@@ -29,10 +29,13 @@ from django.utils import timezone
 from training.config import ConfigError, RunConfig, config_from_dict, config_to_dict, save_config
 
 from webapp.core.jsonsafe import db_safe
+from webapp.core.outage import OutageLog
+
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 
 log = logging.getLogger("crucible.runs")
+channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
 
 EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done")
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
@@ -173,9 +176,10 @@ def cancel_run(run: Run) -> str:
     return status
 
 
-def resume_run(run: Run) -> Run:
-    """failed | cancelled -> queued; the trainer is started with ``--resume`` (last checkpoint)."""
-    run.requeue()
+def resume_run(run: Run, *, automatic: bool = False) -> Run:
+    """failed | cancelled -> queued; the trainer is started with ``--resume`` (last checkpoint).
+    ``automatic``: the resume of a run a worker shutdown stopped (see ``Run.requeue``)."""
+    run.requeue(automatic=automatic)
     run.celery_task_id = uuid.uuid4().hex
     run.save(update_fields=["celery_task_id"])
     _enqueue_on_commit(run)
@@ -339,7 +343,9 @@ def broadcast_event(run_id: int, message: dict) -> None:
     try:
         async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.event", "event": message})
     except Exception:  # a missing live update must never lose the stored event
-        log.exception("broadcast of run %s event failed", run_id)
+        channel_layer_outage.failed("broadcast of run %s event failed", run_id)
+    else:
+        channel_layer_outage.succeeded()
 
 
 def notify_status(run: Run) -> None:
@@ -355,4 +361,4 @@ def notify_status(run: Run) -> None:
         async_to_sync(layer.group_send)(f"user-{run.owner_id}", {"type": "notify", "payload": {
             "kind": "run", "id": run.pk, "name": run.name, "status": run.status}})
     except Exception:
-        log.exception("notification for run %s failed", run.pk)
+        channel_layer_outage.failed("notification for run %s failed", run.pk)

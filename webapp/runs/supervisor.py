@@ -2,11 +2,15 @@
 
 ``supervise_run`` is what the Celery task ``runs.supervise`` calls. It is idempotent: it claims the
 run row (queued -> running) under a row lock, so a redelivered task finds the run running with a live
-supervisor (and leaves) or finished (and leaves). A task redelivered because its worker died finds
-the run running with a dead supervisor and marks it failed, keeping everything recorded.
+supervisor (and leaves) or finished (and leaves).
 
-The trainer is a child process with PR_SET_PDEATHSIG, so it gets SIGTERM (and saves a checkpoint)
-when the worker process dies, instead of training on unsupervised.
+The trainer is a child process with PR_SET_PDEATHSIG, so it gets SIGTERM when the worker process
+dies, instead of training on unsupervised: it then saves a checkpoint and writes ``done``, which
+takes it a while. Whoever finds the supervisor gone (the redelivered task, the lost-run sweep of a
+starting worker or of beat) records those last words before it gives the run its verdict
+(``settle_lost_run``): while the trainer may still be writing, the verdict waits. A run that lost
+its worker is failed (resume continues from the recorded checkpoint); one whose worker was shut
+down (SIGTERM: a restart) is resumed automatically when a gpu worker starts.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import services
-from .models import Run
+from .models import Run, TransitionError
 
 log = logging.getLogger("crucible.runs")
 
@@ -34,6 +38,7 @@ POLL_S = 0.02            # events.jsonl poll period (the live-latency budget is 
 DB_CHECK_S = 0.5         # how often the supervisor looks for a cancel request and beats its heart
 STALE_AFTER = timedelta(seconds=120)   # a running run without a heartbeat for this long lost its worker
 CANCEL_GRACE_S = 600     # SIGTERM lets the trainer checkpoint; after this long it is killed
+SHUTDOWN_WAIT_S = 60     # a worker being stopped waits this long for its trainer's last lines
 STDERR_TAIL_LINES = 20
 
 
@@ -196,8 +201,7 @@ def supervise_run(run_id: int) -> str:
     if run.status in ("running", "cancelling"):
         if supervisor_is_alive(run) and not (run.worker_host == host and run.worker_pid == pid):
             return f"run {run_id} is already supervised by {run.worker_host}:{run.worker_pid}"
-        fail_lost_run(run, "the worker supervising this run stopped (redelivered task found no live supervisor)")
-        return f"run {run_id} lost its worker; marked failed"
+        return adopt_lost_run(run, host=host, pid=pid)
     if not run.claim(host=host, pid=pid):
         return f"run {run_id} is {run.status}; nothing to do"
     services.notify_status(run)
@@ -211,20 +215,61 @@ def supervise_run(run_id: int) -> str:
         return f"run {run_id} failed to start"
     Run.objects.filter(pk=run.pk).update(trainer_pid=proc.pid)
     attempt = run.resume_count
+    stopping = False
     try:
         return _follow(run, proc, follower, attempt)
+    except SystemExit:  # the pool's SIGTERM handler: the worker is being stopped (a restart)
+        stopping = True
+        _stop_for_shutdown(run, proc, attempt)
+        raise
     finally:
-        if proc.poll() is None:  # the supervisor itself failed: do not leave a trainer behind
+        follower.close()
+        if proc.poll() is None and not stopping:  # the supervisor itself failed: no trainer left behind
             _signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
+            _wait_recording(run, proc.poll, 60)
+            if proc.poll() is None:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
             run.refresh_from_db()
             if run.resume_count == attempt:
-                services.finish_run(run, "failed", "the supervisor stopped unexpectedly; see the worker log")
+                finish_lost_run(run, "the supervisor stopped unexpectedly; see the worker log")
+
+
+def _wait_recording(run: Run, exited, timeout_s: float) -> None:
+    """Record the trainer's lines until ``exited()`` says it is gone (or ``timeout_s`` passes).
+
+    A fresh follower from the stored offset: lines an interrupted follower had read but not yet
+    stored are read again (storing is idempotent by line number). ``done`` decides nothing here.
+    """
+    run.refresh_from_db(fields=["events_offset", "events_seq"])
+    follower = EventFollower(run.path / "events.jsonl", offset=run.events_offset, seq=run.events_seq)
+    deadline = time.monotonic() + timeout_s
+    last_beat = 0.0
+    try:
+        while exited() is None and time.monotonic() < deadline:
+            ingest_new_events(run, follower, apply_done=False)
+            if time.monotonic() - last_beat >= DB_CHECK_S:
+                last_beat = time.monotonic()
+                Run.objects.filter(pk=run.pk).update(heartbeat=timezone.now())
+            time.sleep(POLL_S)
+        ingest_new_events(run, follower, apply_done=False)
+    finally:
         follower.close()
+
+
+def _stop_for_shutdown(run: Run, proc: subprocess.Popen, attempt: int) -> None:
+    """The worker is being stopped: the trainer checkpoints and exits, the run resumes by itself later.
+
+    The flag is set first, so that a supervisor killed before its trainer is done still leaves a run
+    that the next sweep resumes. A trainer still saving after ``SHUTDOWN_WAIT_S`` is left to finish
+    (its checkpoint is worth more than a prompt exit); the next sweep records its last lines.
+    """
+    Run.objects.filter(pk=run.pk, resume_count=attempt, status=Run.Status.RUNNING).update(auto_resume=True)
+    _signal_group(proc, signal.SIGTERM)
+    _wait_recording(run, proc.poll, SHUTDOWN_WAIT_S)
+    run.refresh_from_db()
+    if proc.poll() is not None and run.resume_count == attempt:
+        finish_lost_run(run, "the gpu worker supervising this run was stopped")
 
 
 def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: int) -> str:
@@ -275,26 +320,145 @@ def supervisor_is_alive(run: Run) -> bool:
     return run.heartbeat is not None and timezone.now() - run.heartbeat < STALE_AFTER
 
 
-def fail_lost_run(run: Run, reason: str) -> bool:
-    """Mark a run whose supervisor is gone failed, then record what its trainer wrote meanwhile."""
+def is_trainer_of(pid: int | None, run: Run) -> bool:
+    """Whether process ``pid`` (on this host) is alive and a trainer of ``run`` (a reused pid is not)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return str(run.path / "run.yaml").encode() in cmdline.split(b"\0")
+
+
+def trainer_may_be_running(run: Run) -> bool:
+    """Whether the trainer of a run whose supervisor is gone may still write events.jsonl.
+
+    On the supervisor's host its recorded pid tells; elsewhere the file having changed within
+    ``STALE_AFTER`` does (a trainer saving a checkpoint, or one still training, writes its lines then).
+    """
+    if run.worker_host == socket.gethostname():
+        return is_trainer_of(run.trainer_pid, run)
+    try:
+        return time.time() - (run.path / "events.jsonl").stat().st_mtime < STALE_AFTER.total_seconds()
+    except OSError:
+        return False
+
+
+def catch_up(run: Run) -> None:
+    """Record the lines of events.jsonl not stored yet; their ``done`` decides nothing here."""
+    if not run.run_dir:
+        return
+    follower = EventFollower(run.path / "events.jsonl", offset=run.events_offset, seq=run.events_seq)
+    try:
+        ingest_new_events(run, follower, apply_done=False)
+    finally:
+        follower.close()
+
+
+def attempt_done(run: Run) -> dict | None:
+    """The ``done`` the current attempt's trainer wrote (after its ``start``), as stored; None if none."""
+    start = run.events.filter(kind="start").order_by("-seq").values_list("seq", flat=True).first()
+    done = run.events.filter(kind="done", seq__gt=-1 if start is None else start).order_by("-seq").first()
+    return done.payload if done else None
+
+
+def finish_lost_run(run: Run, reason: str) -> bool:
+    """The verdict on a run whose supervisor is gone, once its trainer's lines are recorded.
+
+    A ``done`` that says succeeded or failed is the trainer's own verdict; a cancel the user asked
+    for is cancelled; otherwise (the trainer stopped because its supervisor did) the run failed,
+    unless a worker shutdown stopped it, which resumes it later. The message names the checkpoint
+    a resume continues from.
+    """
+    done = attempt_done(run)
+    run.refresh_from_db()
+    if done and done.get("status") in ("succeeded", "failed"):
+        return services.finish_run(run, done["status"], str(done.get("error") or ""))
+    if run.status == Run.Status.CANCELLING:
+        return services.finish_run(run, "cancelled", "")
+    checkpoint = run.checkpoints.order_by("-step").first()
+    saved = f"its last checkpoint is step {checkpoint.step}" if checkpoint else "it saved no checkpoint"
+    if run.auto_resume:
+        return services.finish_run(run, "failed", f"{reason}; {saved}. The run resumes automatically from there "
+                                                   "when a gpu worker is back.")
     tail = stderr_tail(run) if run.run_dir else ""
-    changed = services.finish_run(run, "failed", reason + (f"\nlast trainer stderr:\n{tail}" if tail else ""))
-    if run.run_dir:
-        follower = EventFollower(run.path / "events.jsonl", offset=run.events_offset, seq=run.events_seq)
-        try:
-            ingest_new_events(run, follower, apply_done=False)
-        finally:
-            follower.close()
-    return changed
+    return services.finish_run(run, "failed", f"{reason}; {saved}, and resume continues from there"
+                               + (f"\nlast trainer stderr:\n{tail}" if tail else ""))
+
+
+def settle_lost_run(run: Run, reason: str) -> bool | None:
+    """Record what the trainer of a run whose supervisor is gone wrote, then give the run its verdict.
+
+    Returns None, deciding nothing, while the trainer may still be writing (it got SIGTERM with its
+    supervisor and is saving a checkpoint); a trainer orphaned and silent for ``CANCEL_GRACE_S`` is
+    killed instead (on this host). Otherwise whether the run's status changed.
+    """
+    catch_up(run)
+    if trainer_may_be_running(run):
+        silent = run.heartbeat is None or timezone.now() - run.heartbeat > timedelta(seconds=CANCEL_GRACE_S)
+        if not (silent and run.worker_host == socket.gethostname()):
+            return None
+        _kill_group(run.trainer_pid)
+        reason += f"; its trainer ({run.trainer_pid}) stopped writing for {CANCEL_GRACE_S} s and was killed"
+    catch_up(run)  # the lines written between the first catch-up and the trainer's exit
+    return finish_lost_run(run, reason)
+
+
+def adopt_lost_run(run: Run, *, host: str, pid: int) -> str:
+    """A task redelivered because its worker died: follow the orphaned trainer to its end, then settle.
+
+    The trainer got SIGTERM with the dead supervisor and is saving its checkpoint; on the same host
+    this task becomes its supervisor (heartbeat included) until it exits. A trainer on another host
+    is left to the lost-run sweep.
+    """
+    lost = f"{run.worker_host}:{run.worker_pid}" if run.worker_host else "unknown worker"
+    reason = f"the worker supervising this run ({lost}) died"
+    if run.worker_host == host and is_trainer_of(run.trainer_pid, run):
+        taken = Run.objects.filter(pk=run.pk, worker_host=run.worker_host, worker_pid=run.worker_pid,
+                                   status__in=(Run.Status.RUNNING, Run.Status.CANCELLING)) \
+            .update(worker_pid=pid, heartbeat=timezone.now())
+        if not taken:
+            return f"run {run.pk} was taken over by another supervisor"
+        trainer_pid = run.trainer_pid
+        _wait_recording(run, lambda: None if is_trainer_of(trainer_pid, run) else True, CANCEL_GRACE_S)
+        if is_trainer_of(trainer_pid, run):
+            _kill_group(trainer_pid)
+            reason += f"; its trainer did not stop within {CANCEL_GRACE_S} s and was killed"
+    outcome = settle_lost_run(run, reason)
+    if outcome is None:
+        return f"run {run.pk} lost its worker; its trainer on {run.worker_host} is still writing (left to the sweep)"
+    run.refresh_from_db()
+    return f"run {run.pk} lost its worker; its last lines are recorded and it is {run.status}"
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the trainer leads its own session: the group is its own
+    except ProcessLookupError:
+        pass
 
 
 def fail_lost_runs() -> list[int]:
-    """Runs whose supervisor died (worker restart, host loss): failed with the reason. Returns their ids."""
+    """Runs whose supervisor died (worker restart, host loss): their trainers' last lines recorded, then
+    their verdict (see ``settle_lost_run``); then the runs a shutdown stopped are resumed. Returns the
+    ids of the runs given a verdict."""
     lost = []
     for run in Run.objects.filter(status__in=("running", "cancelling")):
         if not supervisor_is_alive(run):
             where = f"{run.worker_host}:{run.worker_pid}" if run.worker_host else "unknown worker"
-            if fail_lost_run(run, f"the worker supervising this run ({where}) died; resume continues from "
-                                  "the last checkpoint"):
+            if settle_lost_run(run, f"the worker supervising this run ({where}) died"):
                 lost.append(run.pk)
     return lost
+
+
+def resume_interrupted_runs() -> list[int]:
+    """Resume the runs a gpu worker shutdown stopped (called when a gpu worker starts); their ids."""
+    resumed = []
+    for run in Run.objects.filter(status=Run.Status.FAILED, auto_resume=True):
+        try:
+            services.resume_run(run, automatic=True)
+        except TransitionError:  # resumed by hand (or by another worker) meanwhile
+            continue
+        resumed.append(run.pk)
+    return resumed

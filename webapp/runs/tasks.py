@@ -21,23 +21,34 @@ def supervise(run_id: int) -> str:
 
 @shared_task(name="runs.fail_lost_runs", ignore_result=True)
 def fail_lost_runs() -> list[int]:
-    """Mark runs whose worker died as failed (also run when a worker starts)."""
-    from .supervisor import fail_lost_runs as fail
+    """Record the last lines of runs whose worker died and give them their verdict (also run when a
+    worker starts); resume the runs a worker shutdown stopped."""
+    from .supervisor import fail_lost_runs as fail, resume_interrupted_runs
 
-    return fail()
+    lost = fail()
+    resume_interrupted_runs()  # their task waits in the gpu queue until a gpu worker takes it
+    return lost
+
+
+def consumes_gpu_queue(consumer) -> bool:
+    queues = getattr(getattr(consumer, "task_consumer", None), "queues", None) or []
+    return any(q.name == "gpu" for q in queues)
 
 
 @worker_ready.connect
-def _fail_runs_of_dead_workers(sender=None, **kwargs) -> None:
-    from .supervisor import fail_lost_runs as fail
+def _settle_runs_of_dead_workers(sender=None, **kwargs) -> None:
+    from .supervisor import fail_lost_runs as fail, resume_interrupted_runs
 
     try:
         lost = fail()
+        resumed = resume_interrupted_runs() if consumes_gpu_queue(sender) else []
     except Exception:  # a worker must start even if the database is briefly unavailable
         log.exception("stale-run check at worker start failed")
         return
     if lost:
-        log.warning("runs %s lost their worker; marked failed", lost)
+        log.warning("runs %s lost their worker; their last lines are recorded", lost)
+    if resumed:
+        log.warning("runs %s were stopped by a worker shutdown; resumed from their last checkpoint", resumed)
 
 
 @shared_task(name="runs.republish_queued_runs", ignore_result=True)

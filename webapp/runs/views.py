@@ -73,10 +73,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
-    from .supervisor import STALE_AFTER, fail_lost_run, supervisor_is_alive
+    from .supervisor import STALE_AFTER, settle_lost_run, supervisor_is_alive
 
     if run.status in ("running", "cancelling") and run.heartbeat and not supervisor_is_alive(run):
-        fail_lost_run(run, f"no heartbeat from the worker for more than {int(STALE_AFTER.total_seconds())} s")
+        settle_lost_run(run, f"no heartbeat from the worker for more than {int(STALE_AFTER.total_seconds())} s")
         run.refresh_from_db()
     run_evals = queries.evals(run)
     last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()

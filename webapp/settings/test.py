@@ -19,3 +19,6 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so that Celery worker processes started by tests see the same rows.
     DATABASES["default"]["NAME"] = str(DATA_DIR / "test-db.sqlite3")
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-db.sqlite3")}
+
+# Worker processes started by tests may run a scripted stand-in for the trainer (tests/webapp/runs).
+CRUCIBLE_TRAINER_MODULE = os.environ.get("CRUCIBLE_TEST_TRAINER_MODULE", "training")

@@ -2,8 +2,10 @@
 
 Reads the same CLI (`run --config C --out D [--resume]`) and writes documented event lines; what it
 does next comes from `scripted.json` in the run dir: {"steps": N, "then": "done"|"crash"|"hang",
-"linger_s": S (seconds between the final `done` on SIGTERM and the exit)}.
-On SIGTERM it writes `done cancelled` like the real trainer.
+"linger_s": S (seconds between the final `done` on SIGTERM and the exit), "save_s": S (seconds the
+checkpoint on SIGTERM takes to save)}.
+On SIGTERM it saves a checkpoint (a real adapter-shaped directory) and writes `done cancelled` like
+the real trainer.
 """
 import argparse
 import json
@@ -29,6 +31,11 @@ def main() -> None:
         events.flush()
 
     def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the save short
+        time.sleep(script.get("save_s", 0))
+        checkpoint = out / "checkpoints" / "last"
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        (checkpoint / "adapter_config.json").write_text("{}")
         emit(event="checkpoint", step=script.get("steps", 0), path="checkpoints/last", kind="adapter")
         emit(event="done", status="cancelled", error=None)
         time.sleep(script.get("linger_s", 0))  # a trainer may take a moment to exit after its last line

@@ -113,3 +113,35 @@ def test_nul_characters_in_model_output_are_stored_as_replacement_characters(run
     assert candidate.code == "def f():\n    return '\ufffd'\n"
     assert candidate.result["stdout"] == "a\ufffdb" and candidate.problem_id == "nul\ufffdid"
     assert RunEvent.objects.filter(run=run, kind="problem").count() == 1
+
+
+def test_a_redis_outage_is_logged_once_and_its_end_once_while_events_are_stored(run, monkeypatch, caplog):
+    import socket
+
+    from channels_redis.core import RedisChannelLayer
+
+    from webapp.runs import services
+    from webapp.runs.models import RunEvent
+
+    with socket.socket() as s:  # a port where no Redis answers: every broadcast fails to connect
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    monkeypatch.setattr(services, "get_channel_layer", lambda: RedisChannelLayer(hosts=[("127.0.0.1", dead)]))
+    monkeypatch.setattr(services.channel_layer_outage, "failures", 0)
+    caplog.set_level("INFO", logger="crucible.runs")
+    for seq in range(20):
+        services.ingest_event(run, step_event(seq + 1), seq=seq)
+    assert RunEvent.objects.filter(run=run).count() == 20
+    failures = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info and "unavailable" in failures[0].getMessage()
+
+    class Layer:  # Redis is back
+        async def group_send(self, group, message):
+            pass
+
+    monkeypatch.setattr(services, "get_channel_layer", Layer)
+    caplog.clear()
+    services.ingest_event(run, step_event(21), seq=20)
+    services.ingest_event(run, step_event(22), seq=21)
+    assert [r.getMessage() for r in caplog.records if r.name == "crucible.runs"] == [
+        "the channel layer (Redis) is back after 20 failed call(s)"]

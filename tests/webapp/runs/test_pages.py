@@ -148,3 +148,13 @@ def test_compare_diffs_the_problem_set_not_each_runs_copy_of_the_problems(client
     other = create_run(user, "other", problem_set, {**TINY_OVERRIDES, "ppo": {"kl_coef": 0.1}})
     html = client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
     assert "problems.jsonl" not in html
+
+
+def test_the_run_page_says_a_run_stopped_by_a_worker_shutdown_resumes_by_itself(client_alice, run):
+    run.finish("failed", "the gpu worker supervising this run was stopped; its last checkpoint is step 2.")
+    Run.objects.filter(pk=run.pk).update(auto_resume=True)
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="auto-resume"' in html and "resumes automatically" in html
+    Run.objects.filter(pk=run.pk).update(auto_resume=False, auto_resumes=1, resume_count=1, status="running")
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="auto-resume"' not in html and "1× automatically after a worker restart" in html

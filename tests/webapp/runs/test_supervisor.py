@@ -1,6 +1,8 @@
 """The supervisor with a real child process (a scripted trainer CLI) and the real follower/ingest."""
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -159,3 +161,110 @@ def test_the_lost_run_check_is_scheduled_on_the_sandbox_queue():
     assert entry["task"] in app.tasks and entry["schedule"] <= 120
     assert app.amqp.router.route({}, entry["task"])["queue"].name == "sandbox"
     assert app.amqp.router.route({}, "runs.supervise")["queue"].name == "gpu"
+
+
+# ---- a lost supervisor: its trainer's last words are recorded before the verdict -------------------
+
+
+def orphan_trainer(run, **script_kw):
+    """A trainer whose supervisor is gone: a dead worker pid on this host, the trainer got SIGTERM
+    (as PR_SET_PDEATHSIG sends it) and is saving its checkpoint."""
+    from webapp.runs.supervisor import start_trainer
+
+    script(run, **script_kw)
+    assert run.claim(host=socket.gethostname(), pid=2 ** 22 + 7)  # no such process
+    proc = start_trainer(run, resume=False)
+    Run.objects.filter(pk=run.pk).update(trainer_pid=proc.pid)
+    events = run.path / "events.jsonl"
+    wait_for(lambda: events.exists() and b'"step"' in events.read_bytes())
+    os.kill(proc.pid, signal.SIGTERM)
+    run.refresh_from_db()
+    return proc
+
+
+def test_the_sweep_waits_for_a_lost_runs_trainer_and_lists_its_last_checkpoint(run):
+    proc = orphan_trainer(run, steps=2, then="hang", save_s=1.0)
+    assert fail_lost_runs() == []  # the trainer is still saving: no verdict yet
+    assert Run.objects.get(pk=run.pk).status == "running"
+    proc.wait(30)
+    assert fail_lost_runs() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "failed" and "died" in run.error and "last checkpoint is step 2" in run.error
+    assert list(run.checkpoints.values_list("path", flat=True)) == ["checkpoints/last"]
+    lines = (run.path / "events.jsonl").read_text().splitlines()
+    assert RunEvent.objects.filter(run=run).count() == len(lines) and run.events.last().kind == "done"
+
+
+def test_a_redelivered_task_follows_the_orphaned_trainer_to_its_end(run):
+    proc = orphan_trainer(run, steps=2, then="hang", save_s=1.0)
+    outcome = supervise_run(run.pk)
+    assert proc.poll() is not None or not pid_alive(proc.pid)
+    run.refresh_from_db()
+    assert "last lines are recorded" in outcome and run.status == "failed"
+    assert list(run.checkpoints.values_list("step", flat=True)) == [2]
+    assert RunEvent.objects.filter(run=run, kind="start").count() == 1  # no second trainer was started
+    proc.wait(5)
+
+
+def test_a_lost_run_whose_trainer_finished_takes_the_trainers_verdict(run):
+    assert run.claim(host=socket.gethostname(), pid=2 ** 22 + 7)
+    write_events(run.path / "events.jsonl", [{"event": "start", "config": {}, "model": "m"}, step_event(1),
+                                             {"event": "done", "status": "succeeded", "error": None}])
+    assert fail_lost_runs() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "succeeded" and not run.error
+
+
+def test_a_pid_reused_by_another_process_is_not_taken_for_the_trainer(run):
+    assert run.claim(host=socket.gethostname(), pid=2 ** 22 + 7)
+    Run.objects.filter(pk=run.pk).update(trainer_pid=os.getpid())  # alive, but not a trainer of this run
+    assert fail_lost_runs() == [run.pk]
+
+
+# ---- a worker shutdown (a restart): the run resumes by itself --------------------------------------
+
+
+def test_a_worker_shutdown_records_the_checkpoint_and_the_run_resumes_when_a_gpu_worker_starts(
+        run, monkeypatch, django_capture_on_commit_callbacks):
+    from webapp.runs import services, supervisor
+    from webapp.runs.supervisor import resume_interrupted_runs
+
+    enqueued = []
+    monkeypatch.setattr(services, "enqueue_run", lambda r: enqueued.append(r.pk))
+    follow = supervisor._follow
+
+    def follow_until_sigterm(run, proc, follower, attempt):
+        # What billiard's SIGTERM handler does in a pool process: SystemExit wherever the task is.
+        events = run.path / "events.jsonl"
+        wait_for(lambda: events.exists() and b'"step"' in events.read_bytes())
+        raise SystemExit(-15)
+
+    monkeypatch.setattr(supervisor, "_follow", follow_until_sigterm)
+    script(run, steps=1, then="hang", save_s=0.5)
+    with pytest.raises(SystemExit):
+        supervise_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.auto_resume
+    assert "resumes automatically" in run.error and "last checkpoint is step 1" in run.error
+    assert list(run.checkpoints.values_list("path", flat=True)) == ["checkpoints/last"]
+    assert not pid_alive(int((run.path / "pid").read_text()))
+
+    monkeypatch.setattr(supervisor, "_follow", follow)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert resume_interrupted_runs() == [run.pk]
+    assert enqueued == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "queued" and run.resume_count == 1 and run.auto_resumes == 1 and not run.auto_resume
+    assert resume_interrupted_runs() == []  # once
+
+
+def test_a_run_the_user_resumed_by_hand_is_not_resumed_again(run, monkeypatch):
+    from webapp.runs import services
+    from webapp.runs.supervisor import resume_interrupted_runs
+
+    monkeypatch.setattr(services, "enqueue_run", lambda r: None)
+    run.finish("failed", "stopped by a worker shutdown")
+    Run.objects.filter(pk=run.pk).update(auto_resume=True)
+    services.resume_run(Run.objects.get(pk=run.pk))
+    Run.objects.filter(pk=run.pk).update(status="failed")  # and it failed again, on its own
+    assert resume_interrupted_runs() == []

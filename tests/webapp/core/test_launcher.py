@@ -1,0 +1,96 @@
+"""`make run`'s process manager keeps its services up: dead children and the embedded Redis come back."""
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from webapp import embedded_redis
+from webapp.launcher import MAX_RESTARTS, RESTART_WINDOW_S, Services
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def services():
+    said, now = [], [0.0]
+    s = Services({"worker-gpu": SLEEPER, "web": SLEEPER}, dict(os.environ), say=said.append, clock=lambda: now[0])
+    s.said, s.now = said, now
+    s.start()
+    yield s
+    s.stop()
+
+
+def kill(proc):
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_a_killed_child_is_restarted_with_a_message_and_the_others_keep_running(services):
+    worker, web = services.children["worker-gpu"], services.children["web"]
+    kill(worker)
+    assert services.check() is None
+    assert services.children["worker-gpu"].pid != worker.pid and services.children["worker-gpu"].poll() is None
+    assert services.children["web"] is web and web.poll() is None
+    assert services.said == [f"worker-gpu exited with status {-signal.SIGKILL}; restarting it"]
+
+
+def test_a_child_that_keeps_dying_stops_the_app_after_a_bounded_number_of_restarts(services):
+    for _ in range(MAX_RESTARTS):
+        kill(services.children["web"])
+        assert services.check() is None
+    kill(services.children["web"])
+    assert "web exited 5 times" in services.check()
+    services.now[0] += RESTART_WINDOW_S + 1  # an old burst no longer counts
+    assert services.check() is None and services.children["web"].poll() is None
+
+
+def test_what_is_left_of_a_dead_child_is_stopped_before_its_restart(services, tmp_path):
+    # A worker main process killed outright leaves its pool processes (same process group) behind.
+    pidfile = tmp_path / "pool.pid"
+    code = (f"import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; "
+            f"time.sleep(120)']); open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    services.commands["worker-gpu"] = [sys.executable, "-c", code]
+    kill(services.children["worker-gpu"])
+    services.check()  # the restarted one is the pool-leaving kind
+    wait_for(pidfile.exists)
+    wait_for(lambda: pidfile.read_text().strip() != "")
+    pool = int(pidfile.read_text())
+    kill(services.children["worker-gpu"])
+    services.check()
+    wait_for(lambda: not alive(pool))
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_dead_embedded_redis_is_restarted_on_the_same_url(tmp_path):
+    url = embedded_redis.ensure_embedded_redis(tmp_path)
+    said = []
+    s = Services({}, dict(os.environ), redis_exited=embedded_redis.owned_redis_exited,
+                 restart_redis=lambda: said.append(embedded_redis.ensure_embedded_redis(tmp_path)), say=said.append)
+    try:
+        assert s.check() is None and said == []
+        kill(embedded_redis._owned)
+        assert s.check() is None
+        assert said == ["the embedded Redis died; restarting it", url]
+        assert embedded_redis._ping_unix(tmp_path / "redis" / "redis.sock")
+    finally:
+        embedded_redis.stop_embedded_redis()
+

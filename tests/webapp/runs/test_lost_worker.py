@@ -1,0 +1,54 @@
+"""A gpu worker process killed mid-run, with real Celery worker processes and a scripted trainer."""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from webapp.runs.models import Run, RunEvent
+
+from .conftest import TINY_OVERRIDES, make_problem_set
+
+
+@pytest.fixture
+def service_env(service_env):
+    # The worker's supervisor starts the scripted trainer (tests/webapp/runs/scripted_trainer.py).
+    return dict(service_env, CRUCIBLE_TEST_TRAINER_MODULE="tests.webapp.runs.scripted_trainer")
+
+
+def wait_for(predicate, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not met in {timeout} s")
+
+
+@pytest.mark.e2e
+def test_a_killed_gpu_worker_process_loses_none_of_its_trainers_last_words(celery_worker, user, monkeypatch,
+                                                                            tmp_path):
+    from webapp.runs import services
+
+    monkeypatch.setattr(services, "enqueue_run", lambda run: None)
+    run = services.create_run(user, "lost worker", make_problem_set(user), TINY_OVERRIDES)
+    # The trainer takes 2 s to save the checkpoint it makes on SIGTERM: long after its worker died.
+    (run.path / "scripted.json").write_text(json.dumps({"steps": 2, "then": "hang", "save_s": 2}))
+    monkeypatch.undo()
+    services.enqueue_run(run)
+    wait_for(lambda: Run.objects.get(pk=run.pk).step == 2, what="step 2 stored")
+    run.refresh_from_db()
+
+    os.kill(run.worker_pid, signal.SIGKILL)  # the pool process supervising the run
+
+    try:
+        wait_for(lambda: Run.objects.get(pk=run.pk).is_finished, what="a verdict")
+    except AssertionError:
+        raise AssertionError((tmp_path / "worker.log").read_text()[-4000:]) from None
+    run.refresh_from_db()
+    assert list(run.checkpoints.values_list("path", flat=True)) == ["checkpoints/last"]
+    assert run.status == "failed" and "died" in run.error and "last checkpoint is step 2" in run.error
+    lines = (run.path / "events.jsonl").read_text().splitlines()
+    assert [e.kind for e in RunEvent.objects.filter(run=run)] == [json.loads(line)["event"] for line in lines]
+    assert lines and json.loads(lines[-1])["event"] == "done"
