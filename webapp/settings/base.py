@@ -146,6 +146,7 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 RUNS_DIR = DATA_DIR / "runs"
 MODELS_DIR = DATA_DIR / "models"
 GPU_COUNT = env.get_int("CRUCIBLE_GPUS_PER_RUN", 1, minimum=1, maximum=64)
+CONFIG_CEILINGS = env.config_ceilings()  # {"train.steps": N, ...}: this server's limits on a web-sent run
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
