@@ -26,6 +26,8 @@ VARIABLES = {
     "PORT": "port of the web server started by make run (default 8000)",
     "CRUCIBLE_GPU_WORKERS": "Celery worker processes on queue gpu started by make run (default 1)",
     "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
+    "CRUCIBLE_UPLOAD_MAX_LINES": "most lines read from one problem-set upload, blank ones too (default 100000)",
+    "CRUCIBLE_UPLOAD_MAX_EXPANDED_MB": "most MiB a .jsonl.gz upload may decompress to (default 512)",
     "DEBUG": "1 to enable Django debug pages (local only; default 0)",
 }
 

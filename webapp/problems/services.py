@@ -1,6 +1,6 @@
 """Problem-set workflows: import an upload, validate it on the sandbox queue, export, delete.
 
-Parsing is the sandbox importers' job (`sandbox.problems.load_problems_bytes`); execution is the
+Parsing is the sandbox importers' job (`sandbox.formats.parse_stream`); execution is the
 sandbox runner's. This module only turns their plain results into rows and state changes.
 """
 from __future__ import annotations
@@ -48,24 +48,54 @@ def too_large_message(name: str, max_bytes: int | None = None) -> str:
             "split it or compress it as .jsonl.gz")
 
 
-def read_upload(uploaded_file: IO[bytes], max_bytes: int | None = None) -> tuple[bytes | None, list[dict]]:
-    """The upload's bytes, or None and an error naming the size limit when it is too large."""
-    max_bytes = settings.UPLOAD_MAX_BYTES if max_bytes is None else max_bytes
-    name = getattr(uploaded_file, "name", None) or "upload"
+class _CappedReader:
+    """Reads an upload's bytes, flagging (and stopping at) more than `max_bytes`: `size` can lie."""
+
+    def __init__(self, fileobj: IO[bytes], max_bytes: int):
+        self.fileobj, self.max_bytes, self.read_bytes, self.too_large = fileobj, max_bytes, 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        if self.too_large:
+            return b""
+        want = self.max_bytes + 1 - self.read_bytes
+        data = self.fileobj.read(want if n is None or n < 0 else min(n, want))
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        self.read_bytes += len(data)
+        if self.read_bytes > self.max_bytes:
+            self.too_large = True
+            return b""
+        return data
+
+
+def parse_upload(uploaded_file: IO[bytes], filename: str, format: str, progress=None):
+    """Parse an upload straight from its (temporary) file, never holding it whole: `(LoadResult | None, errors)`.
+
+    The compressed size is bounded by UPLOAD_MAX_BYTES, the text by UPLOAD_MAX_EXPANDED_BYTES and
+    the lines by UPLOAD_MAX_LINES, each checked while reading, so a refusal costs only the bytes and
+    lines read up to its bound.
+    """
+    from sandbox.formats import parse_stream
+
+    max_bytes = settings.UPLOAD_MAX_BYTES
+    too_big = [_error(0, "file", too_large_message(filename, max_bytes))]
     size = getattr(uploaded_file, "size", None)
-    too_big = _error(0, "file", too_large_message(name, max_bytes))
     if size is not None and size > max_bytes:
-        return None, [too_big]
+        return None, too_big
     if hasattr(uploaded_file, "seek"):
         uploaded_file.seek(0)
-    data = uploaded_file.read(max_bytes + 1)  # `size` can lie for a file-like object; never trust it alone
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    if len(data) > max_bytes:
-        return None, [too_big]
-    if not data:
-        return None, [_error(0, "file", f"{name} is empty")]
-    return data, []
+    reader = _CappedReader(uploaded_file, max_bytes)
+    result = parse_stream(reader, filename, format, max_bytes=settings.UPLOAD_MAX_EXPANDED_BYTES,
+                          max_lines=settings.UPLOAD_MAX_LINES, progress=progress)
+    if reader.too_large:
+        return None, too_big
+    if reader.read_bytes == 0:
+        return None, [_error(0, "file", f"{filename} is empty")]
+    if result.limit is not None:
+        return None, [_error(0, "file", f"{e.message} (CRUCIBLE_UPLOAD_MAX_"
+                                        f"{'LINES' if result.limit == 'lines' else 'EXPANDED_MB'})")
+                      for e in result.errors]
+    return result, []
 
 
 def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str = "auto", *,
@@ -76,18 +106,15 @@ def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str =
     file as a whole). Good problems are kept when some lines are bad; a file with no good problem is
     refused: `(None, errors)` and nothing is stored.
     """
-    from sandbox.problems import load_problems_bytes
-
     if format not in UPLOAD_FORMATS:
         return None, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
     filename = os.path.basename(getattr(uploaded_file, "name", None) or "upload.jsonl")
     name = (name or "").strip() or _name_from_filename(filename)
     if len(name) > 200:
         return None, [_error(0, "name", f"is {len(name)} characters long; the limit is 200")]
-    data, errors = read_upload(uploaded_file)
-    if data is None:
+    result, errors = parse_upload(uploaded_file, filename, format)
+    if result is None:
         return None, errors
-    result = load_problems_bytes(data, filename, format)
     errors = [e.to_dict() for e in result.errors]
     if not result.problems:
         if not errors:
