@@ -318,6 +318,8 @@ class LoadResult:
     problems: list[Problem] = field(default_factory=list)
     errors: list[LoadError] = field(default_factory=list)
     format: str = "native"
+    limit: str | None = None
+    """`bytes` or `lines` when the file was refused for crossing that bound (see `parse_stream`)."""
 
     @property
     def ok(self) -> bool:
@@ -331,26 +333,14 @@ def load_problems(path_or_fileobj: "str | os.PathLike | IO[bytes]", format: str 
     `format` is `auto` (detected from the keys of the first object) or one of FORMATS; `name` is
     only used in messages. A file that cannot be opened raises OSError; bad content never raises.
     """
+    from sandbox.formats import parse_stream
+
     if isinstance(path_or_fileobj, (str, os.PathLike)):
         filename = name or os.fspath(path_or_fileobj)
         with open(path_or_fileobj, "rb") as f:
-            data = _read_capped(f)
-    else:
-        filename = name or getattr(path_or_fileobj, "name", None) or "<upload>"
-        data = _read_capped(path_or_fileobj)
-    if isinstance(data, LoadResult):
-        return data
-    return load_problems_bytes(data, str(filename), format)
-
-
-def _read_capped(f: IO[bytes]) -> "bytes | LoadResult":
-    from sandbox.formats import MAX_FILE_BYTES
-    data = f.read(MAX_FILE_BYTES + 1)
-    if isinstance(data, str):
-        data = data.encode("utf-8", "surrogatepass")
-    if len(data) > MAX_FILE_BYTES:
-        return LoadResult([], [LoadError(0, None, f"file is larger than {MAX_FILE_BYTES >> 20} MiB")], "native")
-    return data
+            return parse_stream(f, str(filename), format)
+    filename = name or getattr(path_or_fileobj, "name", None) or "<upload>"
+    return parse_stream(path_or_fileobj, str(filename), format)
 
 
 def load_problems_bytes(data: bytes, filename: str = "<upload>", format: str = "auto") -> LoadResult:

@@ -41,6 +41,13 @@ LR_DECAYS = ("constant", "linear", "cosine")
 SANDBOX_MODES = ("warm", "cold")
 OVERLONG_MODES = ("none", "mask", "soft")
 
+INT32_MAX = 2**31 - 1
+"""Every integer field has an upper bound at or below this: counts end up in int4 database columns."""
+MAX_STEPS = 1_000_000
+"""Upper bound of step counts (a million RL steps is far past any real run; 2**63 overflowed)."""
+MAX_BATCH = 4096 * 1024
+"""Most candidates in one step: problems_per_step x candidates_per_problem at their bounds."""
+
 # Completion-style prompts end with a signature + docstring; the model should write only the body,
 # so anything that starts a new top-level statement ends the candidate.
 DEFAULT_COMPLETION_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
@@ -168,17 +175,17 @@ class ModelConfig(_Section):
 class SamplingConfig(_Section):
     """How candidates are sampled from the policy."""
 
-    problems_per_step: int = _field(16, ge=1)
+    problems_per_step: int = _field(16, ge=1, le=4096)
     """Training problems drawn per RL step."""
-    candidates_per_problem: int = _field(8, ge=1)
+    candidates_per_problem: int = _field(8, ge=1, le=1024)
     """Completions sampled per problem (the group size of GRPO/RLOO; at least 2)."""
-    max_new_tokens: int = _field(128, ge=1)
+    max_new_tokens: int = _field(128, ge=1, le=131072)
     """Most tokens generated per completion."""
     temperature: float = _field(1.0, ge=0.0, le=10.0)
     """Sampling temperature; 0 means greedy decoding (no randomness, so no RL signal within a group)."""
     top_p: float = _field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling: keep the smallest token set with this much probability; 1 = no cut."""
-    top_k: int = _field(0, ge=0)
+    top_k: int = _field(0, ge=0, le=INT32_MAX)
     """Keep only the k most likely tokens; 0 = no top-k cut (plain sampling)."""
     prompt_style: str = _field("completion", choices=PROMPT_STYLES)
     """completion: the model continues the problem's prompt; chat: chat template, code in a fenced block."""
@@ -271,9 +278,9 @@ class PPOConfig(_Section):
     """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens; null = off."""
     epochs_per_batch: int = _field(1, ge=1, le=16)
     """Passes of PPO updates over each step's rollouts."""
-    minibatch_size: int | None = _field(None, ge=1)
+    minibatch_size: int | None = _field(None, ge=1, le=MAX_BATCH)
     """Candidates per optimizer step; null = the whole step's batch (one optimizer step per epoch)."""
-    micro_batch_size: int = _field(32, ge=1)
+    micro_batch_size: int = _field(32, ge=1, le=MAX_BATCH)
     """Candidates per forward/backward (gradient accumulation); only affects memory, never the result."""
     max_grad_norm: float | None = _field(1.0, gt=0.0)
     """Clip the global gradient norm to this; null = no clipping."""
@@ -301,11 +308,11 @@ class ScheduleConfig(_Section):
 
     warmup: str = _field("none", choices=WARMUPS)
     """none: constant lr and KL from step 0; stable_then_fast: start with a low lr and a strong KL, then ramp to the configured values."""
-    warmup_steps: int = _field(10, ge=0)
+    warmup_steps: int = _field(10, ge=0, le=MAX_STEPS)
     """Steps over which the learning rate rises linearly from lr_start_factor * learning_rate to learning_rate."""
     lr_start_factor: float = _field(0.1, ge=0.0, le=1.0)
     """Fraction of the learning rate used at step 0 of a stable_then_fast warm-up."""
-    kl_warmup_steps: int | None = _field(None, ge=0)
+    kl_warmup_steps: int | None = _field(None, ge=0, le=MAX_STEPS)
     """Steps over which the KL coefficient eases from kl_start_factor * kl_coef to kl_coef; null = warmup_steps."""
     kl_start_factor: float = _field(2.0, ge=1.0, le=100.0)
     """Multiple of kl_coef applied at step 0 of a stable_then_fast warm-up (a stronger anchor early)."""
@@ -339,15 +346,15 @@ class ScheduleConfig(_Section):
 class TrainConfig(_Section):
     """Run length, seed, evaluation and checkpoint cadence."""
 
-    steps: int = _field(60, ge=1)
+    steps: int = _field(60, ge=1, le=MAX_STEPS)
     """Number of RL steps (each: sample, execute, reward, update)."""
-    seed: int = _field(0, ge=0)
+    seed: int = _field(0, ge=0, le=INT32_MAX)
     """Seed for problem order, sampling and initialisation."""
-    eval_every: int = _field(10, ge=0)
+    eval_every: int = _field(10, ge=0, le=MAX_STEPS)
     """Evaluate on the heldout split every this many steps (also at step 0 and at the end); 0 = only start and end."""
-    eval_samples: int = _field(8, ge=1)
+    eval_samples: int = _field(8, ge=1, le=1024)
     """Completions sampled per held-out problem for pass@k."""
-    checkpoint_every: int = _field(20, ge=0)
+    checkpoint_every: int = _field(20, ge=0, le=MAX_STEPS)
     """Save a resumable checkpoint every this many steps (always at the end); 0 = only at the end."""
     save_merged: bool = False
     """Also export a merged model (base + LoRA, safetensors) with the final checkpoint."""
@@ -359,11 +366,11 @@ class SandboxConfig(_Section):
 
     backend: str = "process"
     """Execution backend of the sandbox (see `python -m sandbox run --help`)."""
-    workers: int = _field(2, ge=1, le=1024)
+    workers: int = _field(2, ge=1, le=256)
     """Parallel executions."""
     timeout_s: float | None = _field(None, gt=0.0, le=600.0)
     """Time limit per execution in seconds; null = each problem's own time_limit_s."""
-    memory_mb: int | None = _field(None, ge=16, le=65536)
+    memory_mb: int | None = _field(None, ge=16, le=16384)
     """Memory limit per execution in MiB; null = each problem's own memory_limit_mb."""
     mode: str = _field("warm", choices=SANDBOX_MODES)
     """warm: reuse isolated pre-started interpreters (fast); cold: a fresh process per execution."""
@@ -580,6 +587,42 @@ def config_from_dict(data: dict | None) -> RunConfig:
     return _from_dict(RunConfig, data)
 
 
+def leaf_fields() -> dict[str, dataclasses.Field]:
+    """Every leaf field of RunConfig by dotted name (``train.steps``), sections descended into."""
+    out: dict[str, dataclasses.Field] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = _hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            section = next((a for a in (_union_args(tp) or (tp,)) if dataclasses.is_dataclass(a)), None)
+            if section is not None:
+                walk(section, f"{prefix}{f.name}.")
+            else:
+                out[f"{prefix}{f.name}"] = f
+
+    walk(RunConfig, "")
+    return out
+
+
+def check_ceilings(cfg: RunConfig, ceilings: typing.Mapping[str, float]) -> None:
+    """Apply a deployment's own upper bounds (``{"train.steps": 1000}``) on top of the fields' bounds.
+
+    A server lends its GPUs and CPUs to people who did not pay for them, so it may allow less than
+    the dataclass does; ``json_schema(ceilings)`` shows the same limits. Raises ConfigError naming
+    the field; a ceiling for a name that is not a numeric field is a programming error (KeyError).
+    """
+    fields = leaf_fields()
+    for dotted, ceiling in ceilings.items():
+        if dotted not in fields:
+            raise KeyError(f"no config field {dotted!r} to put a ceiling on")
+        node: Any = cfg
+        for part in dotted.split("."):
+            node = None if node is None else getattr(node, part)
+        if node is not None and not isinstance(node, bool) and node > ceiling:
+            raise ConfigError(dotted, f"must be <= {ceiling} on this server (its limit); got {node!r}")
+
+
 def config_to_dict(cfg: Any) -> dict:
     """Plain dict (lists, not tuples) that ``config_from_dict`` turns back into an equal config."""
 
@@ -662,7 +705,7 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _type_schema(tp: Any) -> dict:
+def _type_schema(tp: Any, ceilings: typing.Mapping[str, float] | None = None, prefix: str = "") -> dict:
     args = _union_args(tp)
     if args:
         non_null = [a for a in args if a is not type(None)]
@@ -672,22 +715,23 @@ def _type_schema(tp: Any) -> dict:
             s = _type_schema(non_null[0])
             s["type"] = [s["type"], "null"] if nullable else s["type"]
             return s
-        return {"anyOf": [_type_schema(a) for a in non_null] + ([{"type": "null"}] if nullable else [])}
+        return {"anyOf": [_type_schema(a, ceilings, prefix) for a in non_null]
+                + ([{"type": "null"}] if nullable else [])}
     if tp is type(None):
         return {"type": "null"}
     if dataclasses.is_dataclass(tp):
-        return _section_schema(tp)
+        return _section_schema(tp, ceilings, prefix)
     if typing.get_origin(tp) is tuple:
         return {"type": "array", "items": {"type": "string"}}
     return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
 
 
-def _section_schema(cls: type) -> dict:
+def _section_schema(cls: type, ceilings: typing.Mapping[str, float] | None = None, prefix: str = "") -> dict:
     docs = field_docs().get(cls.__name__, {})
     hints = _hints(cls)
     props = {}
     for f in dataclasses.fields(cls):
-        s = _type_schema(hints[f.name])
+        s = _type_schema(hints[f.name], ceilings, f"{prefix}{f.name}.")
         m = f.metadata
         bounds = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
         target = s
@@ -696,6 +740,11 @@ def _section_schema(cls: type) -> dict:
         for k, name in bounds.items():
             if k in m:
                 target[name] = m[k]
+        ceiling = (ceilings or {}).get(f"{prefix}{f.name}")
+        if ceiling is not None and ceiling < target.get("maximum", math.inf) \
+                and ceiling < target.get("exclusiveMaximum", math.inf):
+            target.pop("exclusiveMaximum", None)
+            target["maximum"] = ceiling
         if "choices" in m:
             target["enum"] = list(m["choices"])
         if "recommended" in m:
@@ -709,9 +758,12 @@ def _section_schema(cls: type) -> dict:
             "properties": props, "additionalProperties": False}
 
 
-def json_schema() -> dict:
-    """JSON Schema (draft 2020-12) of the whole RunConfig: types, defaults, bounds, enums, descriptions."""
-    schema = _section_schema(RunConfig)
+def json_schema(ceilings: typing.Mapping[str, float] | None = None) -> dict:
+    """JSON Schema (draft 2020-12) of the whole RunConfig: types, defaults, bounds, enums, descriptions.
+
+    ``ceilings`` (a deployment's limits, see ``check_ceilings``) lower the fields' maximums.
+    """
+    schema = _section_schema(RunConfig, ceilings)
     schema["description"] = "Crucible training run configuration (YAML keys = these property names)."
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://crucible.local/schemas/run-config.json", **schema}

@@ -1,4 +1,6 @@
 """The JSON API (`/api/`, OpenAPI schema at `/api/openapi.json`). Apps contribute routers."""
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import ValidationError
@@ -35,6 +37,14 @@ def bad_input(request: HttpRequest, exc: ValidationError):
     message = first.get("msg", "invalid input")
     return api.create_response(request, {"detail": f"{field}: {message}" if field else message,
                                          "field": field, "errors": exc.errors}, status=400)
+
+
+@api.exception_handler(RequestDataTooBig)
+def body_too_large(request: HttpRequest, exc: RequestDataTooBig):
+    """A body past DATA_UPLOAD_MAX_MEMORY_SIZE: a JSON 400 like any bad input, not Django's HTML page."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api.create_response(request, {"detail": f"request body too large: the limit is {limit >> 20} MiB "
+                                                   f"({limit} bytes)", "field": None}, status=400)
 
 
 @api.get("/me", summary="The authenticated user")

@@ -27,9 +27,30 @@ VARIABLES = {
     "CRUCIBLE_GPU_WORKERS": "Celery worker processes on queue gpu started by make run (default 1)",
     "CRUCIBLE_HF_OFFLINE": "1: trainers never reach the Hugging Face hub (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE), so a hub id that is not in the local cache fails at once (default 0)",
     "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
+    "CRUCIBLE_UPLOAD_MAX_LINES": "most lines read from one problem-set upload, blank ones too (default 100000)",
+    "CRUCIBLE_UPLOAD_MAX_EXPANDED_MB": "most MiB a .jsonl.gz upload may decompress to (default 512)",
     "DEBUG": "1 to enable Django debug pages (local only; default 0)",
     "CRUCIBLE_PASSWORD": "password for manage.py create_user (read instead of --password, which the process list shows)",
 }
+
+# Per-deployment ceilings on run configs sent to the web app (training.config.check_ceilings): the
+# config's own bounds say what the trainer can do, these what this server lends to one run.
+CONFIG_CEILINGS = {  # dotted config field: (variable, default)
+    "train.steps": ("CRUCIBLE_MAX_STEPS", 100_000),
+    "sampling.problems_per_step": ("CRUCIBLE_MAX_PROBLEMS_PER_STEP", 1024),
+    "sampling.candidates_per_problem": ("CRUCIBLE_MAX_CANDIDATES_PER_PROBLEM", 256),
+    "sampling.max_new_tokens": ("CRUCIBLE_MAX_NEW_TOKENS", 32768),
+    "train.eval_samples": ("CRUCIBLE_MAX_EVAL_SAMPLES", 256),
+    "sandbox.workers": ("CRUCIBLE_MAX_SANDBOX_WORKERS", 64),
+    "sandbox.memory_mb": ("CRUCIBLE_MAX_SANDBOX_MEMORY_MB", 4096),
+}
+VARIABLES.update({name: f"largest {key} of a run sent to the web app or API (default {default})"
+                  for key, (name, default) in CONFIG_CEILINGS.items()})
+
+
+def config_ceilings() -> dict[str, int]:
+    """``{"train.steps": N, ...}`` from the CRUCIBLE_MAX_* variables (each from 1 to 2**31 - 1)."""
+    return {key: get_int(name, default, maximum=2**31 - 1) for key, (name, default) in CONFIG_CEILINGS.items()}
 
 
 def data_dir() -> Path:

@@ -7,9 +7,10 @@ line, JSON per line, format detection, duplicate ids, and turning every failure 
 
 from __future__ import annotations
 
+import io
 import json
 import zlib
-from typing import Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 from sandbox.problems import FORMATS, LoadError, LoadResult, Problem, ProblemError, short
 
@@ -61,123 +62,213 @@ def detect_format(obj: dict) -> str | None:
     return None
 
 
+READ_CHUNK = 1 << 20
+"""Bytes read (and decompressed) at a time: memory stays near one chunk plus the longest line."""
+PROGRESS_EVERY = 1000
+"""Lines between two calls of `parse_stream`'s `progress` callback."""
+MULTILINE_CHECK_BYTES = 1 << 20
+"""Files up to this size are checked for "one JSON document over several lines" when nothing loaded."""
+
+
+class _LimitExceeded(Exception):
+    """A whole-file bound was crossed; the message says which."""
+
+
 def parse_bytes(data: bytes, filename: str = "<upload>", format: str = "auto") -> LoadResult:
+    return parse_stream(io.BytesIO(data), filename, format)
+
+
+def parse_stream(fileobj: IO[bytes], filename: str = "<upload>", format: str = "auto", *,
+                 max_bytes: int | None = None, max_lines: int | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> LoadResult:
+    """Parse a problem file from a binary stream, reading it once, a chunk at a time.
+
+    `max_bytes` bounds the (decompressed) text, `max_lines` the lines (blank ones too); both are
+    checked as the stream is read, so a gzip bomb or a flood of tiny lines is refused after reading
+    only up to the bound, and the whole file is then refused (a line-0 error, no problems; `limit`
+    says which bound). `progress(lines, bytes)` is called every PROGRESS_EVERY lines and at the end.
+    """
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else min(max_bytes, MAX_FILE_BYTES)
     if format != "auto" and format not in FORMATS:
         return LoadResult([], [LoadError(0, "format", f"{short(format)} is not one of auto, "
                                                       f"{', '.join(FORMATS)}")], "native")
     result = LoadResult([], [], format if format != "auto" else "native")
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = _gunzip(data)
-        except (OSError, EOFError, zlib.error) as e:
-            result.errors.append(LoadError(0, None, f"{filename}: broken gzip data: {e}"))
-            return result
-        if data is None:
-            result.errors.append(LoadError(0, None, f"{filename}: decompresses to more than "
-                                                    f"{MAX_FILE_BYTES >> 20} MiB"))
-            return result
-    elif filename.endswith(".gz"):
-        pass  # named .gz but not gzip: read it as plain text, the magic bytes decide
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    whole = _whole_file_problem(data)
+    first = fileobj.read(READ_CHUNK)
+    gzipped = first[:2] == GZIP_MAGIC
+    chunks = _gunzip_chunks(first, fileobj) if gzipped else _raw_chunks(first, fileobj)
+    parser = _LineParser(result, format)
+    head = bytearray()
+    total = 0
+    try:
+        for chunk in chunks:
+            if not total and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]
+                total += 3
+            checked = len(head) >= 4096
+            if len(head) <= MULTILINE_CHECK_BYTES:
+                head += chunk[:MULTILINE_CHECK_BYTES + 1 - len(head)]
+            if not checked and len(head) >= 4096:  # binary data is refused before it is parsed
+                whole = _whole_file_problem(bytes(head[:4096]))
+                if whole:
+                    return LoadResult([], [LoadError(0, None, f"{filename}: {whole}")], result.format)
+            total += len(chunk)
+            if total > max_bytes:
+                what = "decompresses to" if gzipped else "is larger than"
+                raise _LimitExceeded(f"{filename}: {what} more than {_mib(max_bytes)}", "bytes")
+            parser.feed(chunk, max_lines, progress, total)
+        parser.close(max_lines, progress, total)
+    except _LimitExceeded as e:
+        message, which = e.args
+        return LoadResult([], [LoadError(0, None, message)], result.format, limit=which)
+    except (OSError, EOFError, zlib.error) as e:
+        return LoadResult([], [LoadError(0, None, f"{filename}: broken gzip data: {e}")], result.format)
+    whole = _whole_file_problem(bytes(head[:4096]))
     if whole:
-        result.errors.append(LoadError(0, None, f"{filename}: {whole}"))
-        return result
+        return LoadResult([], [LoadError(0, None, f"{filename}: {whole}")], result.format)
+    if progress is not None:
+        progress(parser.lineno, total)
 
-    convert_by_format = converters()
-    fmt = None if format == "auto" else format
-    seen_ids: dict[str, int] = {}
-    dropped = 0
-    parsed_any = False
+    if not result.problems:
+        if not parser.parsed_any and not result.errors:
+            result.errors.append(LoadError(0, None, f"{filename}: file has no problems (it is empty "
+                                                    "or only blank lines)"))
+        elif len(head) <= MULTILINE_CHECK_BYTES and _is_multiline_json_document(bytes(head)):
+            result.errors.insert(0, LoadError(0, None, f"{filename}: is one JSON document spread over "
+                                                        "several lines, not JSON Lines; write one "
+                                                        "problem object per line"))
+    if parser.dropped:
+        result.errors.append(LoadError(0, None, f"{parser.dropped} more errors not listed"))
+    return result
 
-    def error(line: int, field: str | None, message: str) -> None:
-        nonlocal dropped
-        if len(result.errors) < MAX_ERRORS:
-            result.errors.append(LoadError(line, field, message))
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+class _LineParser:
+    """Splits fed chunks into lines (never holding more than MAX_LINE_BYTES of one) and parses each."""
+
+    def __init__(self, result: LoadResult, format: str):
+        self.result = result
+        self.convert_by_format = converters()
+        self.fmt = None if format == "auto" else format
+        self.seen_ids: dict[str, int] = {}
+        self.dropped = 0
+        self.parsed_any = False
+        self.lineno = 0
+        self.partial = bytearray()
+        self.overlong = False  # the current line passed MAX_LINE_BYTES: skip to its end
+
+    def feed(self, chunk: bytes, max_lines: int | None, progress, total: int) -> None:
+        pieces = chunk.split(b"\n")
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            if not self.overlong:
+                self.partial += piece
+                if len(self.partial) > MAX_LINE_BYTES:
+                    self.overlong, self.partial = True, bytearray()
+            if last:
+                return  # the line goes on in the next chunk
+            self._end_line(max_lines, progress, total)
+
+    def close(self, max_lines: int | None, progress, total: int) -> None:
+        if self.partial or self.overlong:
+            self._end_line(max_lines, progress, total)
+
+    def _end_line(self, max_lines: int | None, progress, total: int) -> None:
+        self.lineno += 1
+        if max_lines is not None and self.lineno > max_lines:
+            raise _LimitExceeded(f"has more than {max_lines} lines (the limit)", "lines")
+        if progress is not None and self.lineno % PROGRESS_EVERY == 0:
+            progress(self.lineno, total)
+        raw, overlong = bytes(self.partial), self.overlong
+        self.partial, self.overlong = bytearray(), False
+        if overlong:
+            self.error(self.lineno, None, f"line is longer than {MAX_LINE_BYTES >> 20} MiB")
+            return
+        self._parse(self.lineno, raw.rstrip(b"\r"))
+
+    def error(self, line: int, field: str | None, message: str) -> None:
+        if len(self.result.errors) < MAX_ERRORS:
+            self.result.errors.append(LoadError(line, field, message))
         else:
-            dropped += 1
+            self.dropped += 1
 
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        raw = raw.rstrip(b"\r")
+    def _parse(self, lineno: int, raw: bytes) -> None:
         if not raw.strip():
-            continue
-        if len(raw) > MAX_LINE_BYTES:
-            error(lineno, None, f"line is longer than {MAX_LINE_BYTES >> 20} MiB")
-            continue
+            return
+        error = self.error
         obj, problem_text = _parse_line(raw)
         if problem_text:
             error(lineno, None, problem_text)
-            continue
-        parsed_any = True
+            return
+        self.parsed_any = True
         if not isinstance(obj, dict):
             if isinstance(obj, list) and obj and all(isinstance(o, dict) for o in obj):
                 error(lineno, None, f"this line is a JSON array of {len(obj)} objects; JSON Lines "
                                     "needs one problem object per line")
             else:
                 error(lineno, None, f"expected a JSON object, got {_json_type(obj)}: {short(obj)}")
-            continue
-        if fmt is None:
-            fmt = detect_format(obj)
-            if fmt is None:
+            return
+        if self.fmt is None:
+            self.fmt = detect_format(obj)
+            if self.fmt is None:
                 keys = ", ".join(short(k, 30) for k in list(obj)[:12]) or "none"
                 error(lineno, None, f"cannot tell the format from this object's keys ({keys}); "
                                     f"choose the format explicitly (one of {', '.join(FORMATS)})")
-                continue
-            result.format = fmt
+                return
+            self.result.format = self.fmt
+        fmt = self.fmt
         try:
-            problem = convert_by_format[fmt](obj)
+            problem = self.convert_by_format[fmt](obj)
         except ProblemError as e:
             error(lineno, e.field, e.message)
-            continue
+            return
         except RecursionError:
             error(lineno, None, "too deeply nested")
-            continue
+            return
         except Exception as e:  # a converter bug must cost one line, never the whole upload
             error(lineno, None, f"cannot read this {fmt} object: {type(e).__name__}: {short(str(e))}")
-            continue
-        if problem.id in seen_ids:
-            error(lineno, "id", f"duplicate id {short(problem.id)} (first on line {seen_ids[problem.id]})")
-            continue
-        seen_ids[problem.id] = lineno
-        result.problems.append(problem)
-
-    if not result.problems:
-        if not parsed_any and not result.errors:
-            result.errors.append(LoadError(0, None, f"{filename}: file has no problems (it is empty "
-                                                    "or only blank lines)"))
-        elif _is_multiline_json_document(data):
-            result.errors.insert(0, LoadError(0, None, f"{filename}: is one JSON document spread over "
-                                                        "several lines, not JSON Lines; write one "
-                                                        "problem object per line"))
-    if dropped:
-        result.errors.append(LoadError(0, None, f"{dropped} more errors not listed"))
-    return result
+            return
+        if problem.id in self.seen_ids:
+            error(lineno, "id", f"duplicate id {short(problem.id)} (first on line {self.seen_ids[problem.id]})")
+            return
+        self.seen_ids[problem.id] = lineno
+        self.result.problems.append(problem)
 
 
-def _gunzip(data: bytes) -> bytes | None:
-    """Decompress (all members), or None past MAX_FILE_BYTES."""
-    out = bytearray()
+def _raw_chunks(first: bytes, fileobj: IO[bytes]) -> Iterator[bytes]:
+    chunk = first
+    while chunk:
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8", "surrogatepass")
+        yield chunk
+        chunk = fileobj.read(READ_CHUNK)
+
+
+def _gunzip_chunks(first: bytes, fileobj: IO[bytes]) -> Iterator[bytes]:
+    """Decompressed chunks of every gzip member, each at most READ_CHUNK (a bomb never balloons)."""
     decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    rest = data
-    while rest:
-        chunk = decomp.decompress(rest, MAX_FILE_BYTES + 1 - len(out))
-        out += chunk
-        if len(out) > MAX_FILE_BYTES:
-            return None
-        if decomp.unconsumed_tail:
-            rest = decomp.unconsumed_tail
-            continue
-        if decomp.eof:
-            rest = decomp.unused_data
-            if rest and rest[:2] == GZIP_MAGIC:  # concatenated gzip members
-                decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    for raw in _raw_chunks(first, fileobj):
+        rest = raw
+        while rest:
+            out = decomp.decompress(rest, READ_CHUNK)
+            if out:
+                yield out
+            if decomp.unconsumed_tail:
+                rest = decomp.unconsumed_tail
                 continue
-            break  # trailing garbage after the stream is ignored, as gzip(1) does
-        rest = b""
+            if decomp.eof:
+                rest = decomp.unused_data
+                if rest[:2] == GZIP_MAGIC:  # concatenated gzip members
+                    decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    continue
+                if rest:
+                    return  # trailing garbage after the stream is ignored, as gzip(1) does
+                break
+            rest = b""
     if not decomp.eof:
         raise EOFError("compressed stream ends early (truncated file?)")
-    return bytes(out)
 
 
 _BINARY_MAGICS = ((b"PK\x03\x04", "a zip archive"), (b"PAR1", "a Parquet file"),

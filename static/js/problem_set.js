@@ -19,11 +19,16 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
   const summary = document.getElementById("validation-summary");
   let finished = false;
 
-  function show(status) {
+  // `v`: {status, checked, total, passed, failed} from the notification or the API.
+  function show(v) {
     if (finished) return;
+    const status = v.status;
     badge.textContent = status;
     badge.className = "status status-" + status;
-    if (status === "running") summary.textContent = "running the reference and empty solutions…";
+    if (status === "running") {
+      summary.textContent = "running the reference and empty solutions: " + v.checked + " of " + v.total +
+        " checked, " + v.passed + " ok, " + v.failed + " failing…";
+    }
     if (!active(status)) {
       finished = true;
       summary.textContent = "finished; loading the results…";
@@ -36,7 +41,7 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
     socket.onmessage = (msg) => {
       const data = JSON.parse(msg.data);
-      if (data.event === "validation" && data.problem_set === id) show(data.status);
+      if (data.event === "validation" && data.problem_set === id) show(data);
     };
   } catch (err) { /* polling below still follows the job */ }
 
@@ -45,7 +50,7 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     try {
       const response = await fetch("/api/problem-sets/" + id + "?results=false",
                                    {credentials: "same-origin", headers: {Accept: "application/json"}});
-      if (response.ok) show((await response.json()).validation.status);
+      if (response.ok) show((await response.json()).validation);
     } catch (err) { /* network blip: try again */ }
     if (!finished) window.setTimeout(poll, 2000);
   }

@@ -588,3 +588,58 @@ def test_a_huge_humaneval_check_is_handled_in_linear_time():
     body = "    assert candidate(" + ", ".join(["candidate"] * 10000) + ") == 1\n"
     tests, _ = split_check("def check(candidate):\n" + body, "f")
     assert tests[0].count("f") == 10001
+
+
+def _gzip_of_lines(line: bytes, count: int) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb") as f:
+        block = line * 65536
+        for _ in range(count // 65536):
+            f.write(block)
+    return buf.getvalue()
+
+
+def test_a_flood_of_tiny_lines_is_refused_at_the_line_bound_after_reading_little():
+    import tracemalloc
+
+    from sandbox.formats import parse_stream
+
+    data = _gzip_of_lines(b"{}\n", 64 << 20 >> 1)  # ~96 MiB of tiny lines in a small .gz
+    expanded = []
+    tracemalloc.start()
+    result = parse_stream(io.BytesIO(data), "flood.jsonl.gz", max_lines=1000,
+                          progress=lambda lines, size: expanded.append(size))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result.problems == [] and result.limit == "lines"
+    assert result.errors[0].line == 0 and "more than 1000 lines" in result.errors[0].message
+    assert max(expanded) <= 2 << 20  # it stopped decompressing near the bound, not at 96 MiB
+    assert peak < 32 << 20
+
+
+def test_a_gzip_bomb_is_refused_at_the_byte_bound_with_bounded_memory():
+    import tracemalloc
+
+    from sandbox.formats import parse_stream
+
+    data = _gzip_of_lines(b" " * 63 + b"\n", 4 << 20)  # 256 MiB of blank lines
+    tracemalloc.start()
+    result = parse_stream(io.BytesIO(data), "bomb.jsonl.gz", max_bytes=8 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result.limit == "bytes" and "decompresses to more than 8 MiB" in result.errors[0].message
+    assert peak < 32 << 20
+
+
+def test_streaming_reports_progress_and_reads_lines_split_across_chunks(monkeypatch):
+    from sandbox import formats
+
+    monkeypatch.setattr(formats, "READ_CHUNK", 7)
+    monkeypatch.setattr(formats, "PROGRESS_EVERY", 2)
+    rows = [{"id": f"p{i}", "kind": "function", "entry_point": "f", "tests": ["assert f()"]} for i in range(5)]
+    text = "\ufeff" + "\r\n".join(json.dumps(r) for r in rows)
+    seen = []
+    result = formats.parse_stream(io.BytesIO(gzip.compress(text.encode())), "x.jsonl.gz",
+                                  progress=lambda lines, size: seen.append(lines))
+    assert [p.id for p in result.problems] == [f"p{i}" for i in range(5)] and result.errors == []
+    assert seen == [2, 4, 5]

@@ -270,3 +270,37 @@ def test_importing_the_config_does_not_import_torch():
 def test_yaml_dump_of_defaults_is_plain():
     text = yaml.safe_dump(config_to_dict(RunConfig()))
     assert "!!python" not in text
+
+
+def test_every_integer_field_has_an_upper_bound_that_fits_an_int4_column():
+    from training.config import INT32_MAX, leaf_fields
+
+    for name, f in leaf_fields().items():
+        schema_type = f.type if isinstance(f.type, str) else str(f.type)
+        if "int" in schema_type:
+            assert "le" in f.metadata or "lt" in f.metadata, f"{name} has no upper bound"
+            assert f.metadata.get("le", f.metadata.get("lt")) <= INT32_MAX, name
+
+
+def test_a_huge_step_count_is_refused_naming_the_field():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"train": {"steps": 2**63}})
+    assert info.value.field == "train.steps" and "<= 1000000" in str(info.value)
+
+
+def test_ceilings_lower_the_bounds_in_validation_and_schema():
+    from training.config import check_ceilings
+
+    cfg = config_from_dict({"train": {"steps": 100}, "model": {"lora": None}})
+    check_ceilings(cfg, {"train.steps": 100, "model.lora.r": 4})  # a null section has nothing to bound
+    with pytest.raises(ConfigError) as info:
+        check_ceilings(cfg, {"train.steps": 99})
+    assert info.value.field == "train.steps" and "<= 99" in str(info.value)
+    with pytest.raises(KeyError):
+        check_ceilings(cfg, {"train.stepz": 1})
+    schema = json_schema({"train.steps": 99, "model.lora.r": 4, "sandbox.memory_mb": 1024})
+    assert schema["properties"]["train"]["properties"]["steps"]["maximum"] == 99
+    assert schema["properties"]["sandbox"]["properties"]["memory_mb"]["maximum"] == 1024
+    lora = next(b for b in schema["properties"]["model"]["properties"]["lora"]["anyOf"] if b.get("type") == "object")
+    assert lora["properties"]["r"]["maximum"] == 4
+    assert json_schema({"train.steps": 10**9})["properties"]["train"]["properties"]["steps"]["maximum"] == 1_000_000

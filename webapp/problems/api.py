@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
-from ninja import File, Form, Router, Schema
+from ninja import Field, File, Form, Router, Schema
 from ninja.responses import Status
 from ninja.files import UploadedFile
 
@@ -49,6 +49,8 @@ class Validation(Schema):
     status: str
     passed: int
     failed: int
+    checked: int = Field(description="problems checked so far (progress while running)")
+    total: int = Field(description="problems in the set")
     error: str
     results: list[ValidationRow]
 
@@ -94,7 +96,8 @@ def _summary(ps: ProblemSet) -> dict:
             "created": ps.created.isoformat(), "owner": ps.owner.username,
             "splits": {"train": ps.train_count, "heldout": ps.heldout_count},
             "validation": {"status": ps.validation_status, "passed": ps.validation_passed,
-                           "failed": ps.validation_failed}}
+                           "failed": ps.validation_failed, "checked": ps.validation_checked,
+                           "total": ps.problem_count}}
 
 
 @router.post("", response={201: Created, 400: Refused}, summary="Upload a problem set",
@@ -138,8 +141,7 @@ def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
                              "empty_failed": v.empty_failed, "detail": v.detail})
     out = _summary(ps)
     out.update(source_filename=ps.source_filename, import_errors=ps.import_errors,
-               validation={"status": ps.validation_status, "passed": ps.validation_passed,
-                           "failed": ps.validation_failed, "error": ps.validation_error, "results": rows})
+               validation={**out["validation"], "error": ps.validation_error, "results": rows})
     return out
 
 

@@ -29,6 +29,8 @@ class ProblemSet(models.Model):
     validation_status = models.CharField(max_length=10, choices=Validation.choices, default=Validation.PENDING)
     validation_passed = models.PositiveIntegerField(default=0)
     validation_failed = models.PositiveIntegerField(default=0)
+    validation_checked = models.PositiveIntegerField(
+        default=0, help_text="Problems checked so far by the running validation (progress).")
     validation_error = models.TextField(blank=True, help_text="Why the validation job itself failed.")
     validation_started = models.DateTimeField(null=True, blank=True)
     validation_finished = models.DateTimeField(null=True, blank=True)

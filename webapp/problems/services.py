@@ -1,6 +1,6 @@
 """Problem-set workflows: import an upload, validate it on the sandbox queue, export, delete.
 
-Parsing is the sandbox importers' job (`sandbox.problems.load_problems_bytes`); execution is the
+Parsing is the sandbox importers' job (`sandbox.formats.parse_stream`); execution is the
 sandbox runner's. This module only turns their plain results into rows and state changes.
 """
 from __future__ import annotations
@@ -24,6 +24,8 @@ UPLOAD_FORMATS = ("auto", "native", "humaneval", "mbpp", "apps", "codecontests")
 ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
 STORED_STREAM_CHARS = 64 * 1024
 """stdout/stderr kept per stored validation result (the page shows them; the sandbox caps at 1 MiB)."""
+VALIDATION_CHUNK_MIN = 32
+"""Fewest problems validated between two progress updates (more with more sandbox workers)."""
 EMPTY_SOLUTION = ""
 """The "empty solution": a program that defines nothing, so tests that pass on it check nothing."""
 
@@ -46,24 +48,54 @@ def too_large_message(name: str, max_bytes: int | None = None) -> str:
             "split it or compress it as .jsonl.gz")
 
 
-def read_upload(uploaded_file: IO[bytes], max_bytes: int | None = None) -> tuple[bytes | None, list[dict]]:
-    """The upload's bytes, or None and an error naming the size limit when it is too large."""
-    max_bytes = settings.UPLOAD_MAX_BYTES if max_bytes is None else max_bytes
-    name = getattr(uploaded_file, "name", None) or "upload"
+class _CappedReader:
+    """Reads an upload's bytes, flagging (and stopping at) more than `max_bytes`: `size` can lie."""
+
+    def __init__(self, fileobj: IO[bytes], max_bytes: int):
+        self.fileobj, self.max_bytes, self.read_bytes, self.too_large = fileobj, max_bytes, 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        if self.too_large:
+            return b""
+        want = self.max_bytes + 1 - self.read_bytes
+        data = self.fileobj.read(want if n is None or n < 0 else min(n, want))
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        self.read_bytes += len(data)
+        if self.read_bytes > self.max_bytes:
+            self.too_large = True
+            return b""
+        return data
+
+
+def parse_upload(uploaded_file: IO[bytes], filename: str, format: str, progress=None):
+    """Parse an upload straight from its (temporary) file, never holding it whole: `(LoadResult | None, errors)`.
+
+    The compressed size is bounded by UPLOAD_MAX_BYTES, the text by UPLOAD_MAX_EXPANDED_BYTES and
+    the lines by UPLOAD_MAX_LINES, each checked while reading, so a refusal costs only the bytes and
+    lines read up to its bound.
+    """
+    from sandbox.formats import parse_stream
+
+    max_bytes = settings.UPLOAD_MAX_BYTES
+    too_big = [_error(0, "file", too_large_message(filename, max_bytes))]
     size = getattr(uploaded_file, "size", None)
-    too_big = _error(0, "file", too_large_message(name, max_bytes))
     if size is not None and size > max_bytes:
-        return None, [too_big]
+        return None, too_big
     if hasattr(uploaded_file, "seek"):
         uploaded_file.seek(0)
-    data = uploaded_file.read(max_bytes + 1)  # `size` can lie for a file-like object; never trust it alone
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    if len(data) > max_bytes:
-        return None, [too_big]
-    if not data:
-        return None, [_error(0, "file", f"{name} is empty")]
-    return data, []
+    reader = _CappedReader(uploaded_file, max_bytes)
+    result = parse_stream(reader, filename, format, max_bytes=settings.UPLOAD_MAX_EXPANDED_BYTES,
+                          max_lines=settings.UPLOAD_MAX_LINES, progress=progress)
+    if reader.too_large:
+        return None, too_big
+    if reader.read_bytes == 0:
+        return None, [_error(0, "file", f"{filename} is empty")]
+    if result.limit is not None:
+        return None, [_error(0, "file", f"{e.message} (CRUCIBLE_UPLOAD_MAX_"
+                                        f"{'LINES' if result.limit == 'lines' else 'EXPANDED_MB'})")
+                      for e in result.errors]
+    return result, []
 
 
 def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str = "auto", *,
@@ -74,18 +106,15 @@ def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str =
     file as a whole). Good problems are kept when some lines are bad; a file with no good problem is
     refused: `(None, errors)` and nothing is stored.
     """
-    from sandbox.problems import load_problems_bytes
-
     if format not in UPLOAD_FORMATS:
         return None, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
     filename = os.path.basename(getattr(uploaded_file, "name", None) or "upload.jsonl")
     name = (name or "").strip() or _name_from_filename(filename)
     if len(name) > 200:
         return None, [_error(0, "name", f"is {len(name)} characters long; the limit is 200")]
-    data, errors = read_upload(uploaded_file)
-    if data is None:
+    result, errors = parse_upload(uploaded_file, filename, format)
+    if result is None:
         return None, errors
-    result = load_problems_bytes(data, filename, format)
     errors = [e.to_dict() for e in result.errors]
     if not result.problems:
         if not errors:
@@ -154,8 +183,9 @@ def enqueue_validation(problem_set: ProblemSet) -> ProblemSet:
         locked.validation_status = ProblemSet.Validation.PENDING
         locked.validation_error = ""
         locked.validation_started = locked.validation_finished = None
+        locked.validation_checked = 0
         locked.save(update_fields=["validation_generation", "validation_status", "validation_error",
-                                   "validation_started", "validation_finished"])
+                                   "validation_started", "validation_finished", "validation_checked"])
         generation = locked.validation_generation
         transaction.on_commit(lambda: publish_validation(locked.pk, generation))
     problem_set.validation_generation = generation
@@ -211,15 +241,28 @@ class ProblemCheck:
     empty_result: dict | None
 
 
-def check_problems(problems: list) -> list[ProblemCheck]:
-    """Run each reference solution and an empty solution through the sandbox, in one batch."""
-    from sandbox.runner import Candidate, Runner
+def validation_runner():
+    """The sandbox `Runner` validation uses (a context manager; reuse it across `check_problems` calls)."""
+    from sandbox.runner import Runner
 
     backend = getattr(settings, "SANDBOX_BACKEND", None) or os.environ.get("CRUCIBLE_SANDBOX_BACKEND", "process")
-    workers = getattr(settings, "SANDBOX_WORKERS", None) or max(1, min(4, os.cpu_count() or 1))
     # Cold: a fresh sandbox per execution. Validation is the set's trust anchor, not a throughput
     # path (the 194 demo problems take seconds on 2 workers), so it takes the most independent mode.
     mode = getattr(settings, "SANDBOX_VALIDATION_MODE", "cold")
+    return Runner(backend=backend, workers=validation_workers(), mode=mode)
+
+
+def validation_workers() -> int:
+    return getattr(settings, "SANDBOX_WORKERS", None) or max(1, min(4, os.cpu_count() or 1))
+
+
+def check_problems(problems: list, runner=None) -> list[ProblemCheck]:
+    """Run each reference solution and an empty solution through the sandbox, in one batch."""
+    from sandbox.runner import Candidate
+
+    if runner is None:
+        with validation_runner() as runner:
+            return check_problems(problems, runner)
     candidates, slots = [], []
     for p in problems:
         if p.reference_solution is not None:
@@ -227,8 +270,7 @@ def check_problems(problems: list) -> list[ProblemCheck]:
             candidates.append(Candidate(problem_id=p.id, code=p.reference_solution))
         slots.append((p.id, "empty"))
         candidates.append(Candidate(problem_id=p.id, code=EMPTY_SOLUTION))
-    with Runner(backend=backend, workers=workers, mode=mode) as runner:
-        results = runner.run_batch(problems, candidates)
+    results = runner.run_batch(problems, candidates)
     by_problem: dict[str, dict] = {}
     for (problem_id, which), result in zip(slots, results):
         by_problem.setdefault(problem_id, {})[which] = result
@@ -292,40 +334,62 @@ def validate_problem_set(problem_set_id: int, generation: int | None = None, *,
             return ps  # a redelivered task: the work is done
         ps.validation_status = ProblemSet.Validation.RUNNING
         ps.validation_started, ps.validation_finished, ps.validation_error = timezone.now(), None, ""
+        ps.validation_checked = ps.validation_passed = ps.validation_failed = 0
         ps.save(update_fields=["validation_status", "validation_started", "validation_finished",
-                               "validation_error"])
+                               "validation_error", "validation_checked", "validation_passed",
+                               "validation_failed"])
+        ProblemValidation.objects.filter(problem__problem_set=ps).delete()
     notify_validation(ps)
 
-    rows = list(ps.problems.order_by("position"))
+    # Chunks, each stored as it finishes: a 20,000-problem set takes minutes, and the page and the
+    # API show how far it got instead of `passed 0, failed 0` until the end.
+    chunk = getattr(settings, "SANDBOX_VALIDATION_CHUNK", None) or max(VALIDATION_CHUNK_MIN, validation_workers() * 8)
+    ids = list(ps.problems.order_by("position").values_list("pk", flat=True))
     try:
-        checks = check_problems([row.to_sandbox() for row in rows])
+        with validation_runner() as runner:
+            for start in range(0, len(ids), chunk):
+                rows = list(Problem.objects.filter(pk__in=ids[start:start + chunk]).order_by("position"))
+                checks = check_problems([row.to_sandbox() for row in rows], runner)
+                if not _record_checks(ps.pk, generation, rows, checks):
+                    return ps  # deleted, or re-validation requested meanwhile: that task does the rest
     except Exception as exc:  # the sandbox is broken or missing: the set says why, the worker lives on
         log.exception("problem set %s: validation failed", ps.pk)
         return _finish(ps.pk, generation, error=f"{type(exc).__name__}: {exc}")
-    return _finish(ps.pk, generation, rows=rows, checks=checks)
+    return _finish(ps.pk, generation)
 
 
-def _finish(problem_set_id: int, generation: int, *, rows=None, checks=None, error: str = "") -> ProblemSet | None:
+def _record_checks(problem_set_id: int, generation: int, rows: list, checks: list[ProblemCheck]) -> bool:
+    """Store one chunk's verdicts and progress; False when the set is gone or a newer validation owns it."""
+    with transaction.atomic():
+        ps = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
+        if ps is None or ps.validation_generation != generation:
+            return False
+        ProblemValidation.objects.bulk_create([
+            ProblemValidation(problem=row, reference_passed=c.reference_passed, empty_failed=c.empty_failed,
+                              detail=db_safe(c.detail), reference_result=db_safe(c.reference_result),
+                              empty_result=db_safe(c.empty_result))
+            for row, c in zip(rows, checks)], batch_size=200)
+        passed = sum(1 for c in checks if c.reference_passed and c.empty_failed)
+        ps.validation_checked += len(checks)
+        ps.validation_passed += passed
+        ps.validation_failed += len(checks) - passed
+        ps.save(update_fields=["validation_checked", "validation_passed", "validation_failed"])
+    notify_validation(ps)
+    return True
+
+
+def _finish(problem_set_id: int, generation: int, *, error: str = "") -> ProblemSet | None:
     with transaction.atomic():
         ps = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
         if ps is None or ps.validation_generation != generation:
             return ps  # deleted, or re-validation requested meanwhile: that task writes the results
-        if error:
+        if error:  # the verdicts stored before the failure stay, with their counts
             ps.validation_status = ProblemSet.Validation.FAILED
             ps.validation_error = error
         else:
-            ProblemValidation.objects.filter(problem__problem_set=ps).delete()
-            ProblemValidation.objects.bulk_create([
-                ProblemValidation(problem=row, reference_passed=c.reference_passed, empty_failed=c.empty_failed,
-                                  detail=db_safe(c.detail), reference_result=db_safe(c.reference_result),
-                                  empty_result=db_safe(c.empty_result))
-                for row, c in zip(rows, checks)], batch_size=200)
-            ps.validation_passed = sum(1 for c in checks if c.reference_passed and c.empty_failed)
-            ps.validation_failed = len(checks) - ps.validation_passed
             ps.validation_status = ProblemSet.Validation.DONE
         ps.validation_finished = timezone.now()
-        ps.save(update_fields=["validation_status", "validation_error", "validation_passed",
-                               "validation_failed", "validation_finished"])
+        ps.save(update_fields=["validation_status", "validation_error", "validation_finished"])
     notify_validation(ps)
     return ps
 
@@ -336,7 +400,8 @@ def notify_validation(ps: ProblemSet) -> None:
     from channels.layers import get_channel_layer
 
     payload = {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
-               "passed": ps.validation_passed, "failed": ps.validation_failed}
+               "passed": ps.validation_passed, "failed": ps.validation_failed,
+               "checked": ps.validation_checked, "total": ps.problem_count}
     try:
         async_to_sync(get_channel_layer().group_send)(f"user-{ps.owner_id}", {"type": "notify", "payload": payload})
     except Exception:  # a notification is a courtesy: pages also poll, and the rows are written

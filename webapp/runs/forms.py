@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from training.config import ConfigError, json_schema
 
@@ -99,11 +100,15 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         return forms.ChoiceField(choices=[(c, c) for c in schema["enum"]], **common)
     if base == "boolean":
         return forms.BooleanField(required=False, **common)
-    attrs = {}
+    attrs = {}  # the browser refuses out-of-range numbers before the form is sent
     if "minimum" in schema:
         attrs["min"] = schema["minimum"]
+    elif "exclusiveMinimum" in schema and base == "integer":
+        attrs["min"] = schema["exclusiveMinimum"] + 1
     if "maximum" in schema:
         attrs["max"] = schema["maximum"]
+    elif "exclusiveMaximum" in schema and base == "integer":
+        attrs["max"] = schema["exclusiveMaximum"] - 1
     validators = [_bounds_validator(schema)] if bounds else []
     if base == "integer":
         return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), validators=validators,
@@ -116,7 +121,7 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
 
 def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[str, forms.Field, Any]]:
     """[(dotted name, field, default)] for every leaf of the config schema (and nullable sections)."""
-    schema = schema or json_schema()
+    schema = schema or json_schema(settings.CONFIG_CEILINGS)
     out = []
     for key, s in schema["properties"].items():
         name = f"{prefix}{key}"

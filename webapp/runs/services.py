@@ -26,7 +26,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from training.config import ConfigError, RunConfig, config_from_dict, config_to_dict, save_config
+from training.config import (ConfigError, RunConfig, check_ceilings, config_from_dict, config_to_dict,
+                             save_config)
 
 from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
@@ -77,7 +78,9 @@ def validate_config(config: dict, user) -> dict:
         raise ConfigError("problems", "is set from the run's problem set; leave it out of the config")
     merged = merge_config(default_config(), config)
     merged["problems"] = "problems.jsonl"  # relative until the run dir exists; create_run sets the real path
-    full = config_to_dict(config_from_dict(merged))
+    cfg = config_from_dict(merged)
+    check_ceilings(cfg, settings.CONFIG_CEILINGS)
+    full = config_to_dict(cfg)
     if full["model"]["adapters"]:
         raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
                                             "your run as run:<id>/step-<n>; leave model.adapters out")

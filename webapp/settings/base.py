@@ -95,6 +95,8 @@ WHITENOISE_USE_FINDERS = True  # serve straight from the finders: no collectstat
 
 MEDIA_ROOT = DATA_DIR / "uploads"
 UPLOAD_MAX_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_MB", 50, maximum=4096) * 1024 * 1024
+UPLOAD_MAX_LINES = env.get_int("CRUCIBLE_UPLOAD_MAX_LINES", 100_000, maximum=10_000_000)
+UPLOAD_MAX_EXPANDED_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_EXPANDED_MB", 512, maximum=512) * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # Stop reading an upload at the limit, for pages and the API alike (nothing big reaches disk).
@@ -158,6 +160,7 @@ RUNS_DIR = DATA_DIR / "runs"
 MODELS_DIR = DATA_DIR / "models"
 HF_OFFLINE = env.get_bool("CRUCIBLE_HF_OFFLINE", False)
 GPU_COUNT = env.get_int("CRUCIBLE_GPUS_PER_RUN", 1, minimum=1, maximum=64)
+CONFIG_CEILINGS = env.config_ceilings()  # {"train.steps": N, ...}: this server's limits on a web-sent run
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False

@@ -1,4 +1,6 @@
 """Importing uploads into problem sets: every format, bad lines, size limit, gzip, refusals."""
+import gzip
+
 import pytest
 
 from sandbox.problems import load_problems
@@ -88,3 +90,45 @@ def test_the_humaneval_gzip_sample_is_imported(user, samples):
 def test_an_unknown_format_is_refused(user):
     ps, errors = create_problem_set(user, "x", upload_file(jsonl(GOOD)), "parquet", validate=False)
     assert ps is None and errors[0]["field"] == "format" and "'parquet'" in errors[0]["message"]
+
+
+def _gzip_of(line: bytes, total: int) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb") as f:
+        for _ in range(total // (len(line) * 65536)):
+            f.write(line * 65536)
+    return buf.getvalue()
+
+
+def _peak_bytes(fn):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_flood_of_tiny_lines_is_refused_at_the_line_limit_with_bounded_memory(client_alice, settings):
+    settings.UPLOAD_MAX_LINES = 1000
+    bomb = _gzip_of(b"{}\n", 64 << 20)  # 64 MiB of tiny lines in a small .gz
+    response, peak = _peak_bytes(lambda: client_alice.post(
+        "/api/problem-sets", {"file": upload_file(bomb, "flood.jsonl.gz")}))
+    assert response.status_code == 400
+    assert "more than 1000 lines" in response.json()["detail"] and "CRUCIBLE_UPLOAD_MAX_LINES" in response.json()["detail"]
+    assert peak < 48 << 20
+    assert not ProblemSet.objects.exists()
+
+
+def test_a_gzip_bomb_is_refused_at_the_expanded_limit_with_bounded_memory(user, settings):
+    settings.UPLOAD_MAX_EXPANDED_BYTES = 8 << 20
+    bomb = _gzip_of(b" " * 1023 + b"\n", 256 << 20)
+    (ps, errors), peak = _peak_bytes(lambda: create_problem_set(user, "bomb", upload_file(bomb, "b.jsonl.gz"),
+                                                                validate=False))
+    assert ps is None and errors[0]["field"] == "file"
+    assert "decompresses to more than 8 MiB" in errors[0]["message"]
+    assert peak < 48 << 20

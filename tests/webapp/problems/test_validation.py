@@ -83,9 +83,35 @@ def test_finishing_a_validation_notifies_the_owner_group(user, make_set):
             assert message["payload"]["event"] == "validation"
             assert message["payload"]["problem_set"] == ps.pk
             statuses.append(message["payload"]["status"])
-        assert statuses == ["running", "done"]
+        assert [s for i, s in enumerate(statuses) if i == 0 or statuses[i - 1] != s] == ["running", "done"]
     finally:
         async_to_sync(layer.group_discard)(f"user-{user.pk}", channel)
+
+
+@pytest.mark.django_db
+def test_a_running_validation_stores_its_progress_as_it_goes(make_set, settings, monkeypatch, client, user):
+    from webapp.problems import services
+
+    settings.SANDBOX_VALIDATION_CHUNK = 1
+    ps = make_set(GOOD, ECHO, WRONG, VACUOUS)
+    seen = []
+
+    def record(problem_set):  # what the page and the API would show at each notification
+        row = ProblemSet.objects.get(pk=problem_set.pk)
+        seen.append((row.validation_status, row.validation_checked, row.validation_passed, row.validation_failed,
+                     row.problems.filter(validation__isnull=False).count()))
+        if row.validation_status == "running" and row.validation_checked == 2:
+            client.force_login(user)
+            body = client.get(f"/api/problem-sets/{ps.pk}").json()["validation"]
+            seen.append(("api", body["checked"], body["total"], body["passed"], len(body["results"])))
+            page = client.get(f"/problem-sets/{ps.pk}/").content.decode()
+            seen.append(("page", "2 of 4 checked" in page))
+    monkeypatch.setattr(services, "notify_validation", record)
+
+    validate_problem_set(ps.pk)
+    assert seen == [("running", 0, 0, 0, 0), ("running", 1, 1, 0, 1), ("running", 2, 2, 0, 2),
+                    ("api", 2, 4, 2, 2), ("page", True), ("running", 3, 2, 1, 3), ("running", 4, 2, 2, 4),
+                    ("done", 4, 2, 2, 4)]
 
 
 @pytest.mark.e2e

@@ -141,7 +141,7 @@ def test_every_out_of_range_field_is_marked_at_once(client_alice, problem_set):
     form = r.context["form"]
     assert "got -1.0" in form["ppo.clip_range"].errors[0]
     assert "<= 10.0; got 99.0" in form["sampling.temperature"].errors[0]
-    assert ">= 1; got 0" in form["train.steps"].errors[0]
+    assert ">= 1 and <= 100000; got 0" in form["train.steps"].errors[0]  # the server's ceiling on steps
 
 
 def test_compare_diffs_the_problem_set_not_each_runs_copy_of_the_problems(client_alice, user, problem_set, run):
