@@ -1,5 +1,8 @@
-"""GPU check: one RL step of a Qwen3.5-9B-shaped model (random weights, bf16, LoRA r=16) through our
-own training code, with peak memory, generation and update throughput.
+"""GPU check: RL steps of Qwen3.5-9B's own text architecture (``Qwen3_5TextConfig`` at the 9B
+dimensions: 32 layers, three Gated DeltaNet linear-attention layers to each full-attention one;
+random weights, bf16, LoRA r=16) through our own training code: peak memory, generation and update
+throughput, step time, sampler/trainer mismatch and the runtime block (which implementation each
+special layer ran: ``fla`` or transformers' torch fallback, ``causal_conv1d`` or torch).
 
     python benchmarks/gpu_check.py            # on the GPU machine (one H200): well under 10 minutes
     python benchmarks/gpu_check.py --tiny     # smoke test of the same path on CPU, in about a minute
@@ -15,8 +18,9 @@ its process backend, which runs without bubblewrap when it is missing.
 How it runs our code: ``training.trainer.train`` for ``--steps`` steps on a handful of short demo
 problems, with held-out eval off. The model directory holds a locally trained tokenizer and the
 config only; ``AutoModelForCausalLM.from_pretrained`` is redirected (in this process) to build that
-config directly on the GPU in bf16 with weight initialisation skipped and the weights then filled
-with N(0, 0.02) on the device, so the 9B shape costs seconds instead of a 17 GB download. Everything
+config directly on the GPU in bf16 with weight initialisation skipped and the matrices then filled
+with N(0, 0.02) on the device (the gates, decays and norms keep the values their constructors give),
+so the 9B shape costs seconds instead of a 19 GB download. Everything
 after that (LoRA wrap, gradient checkpointing, generate, sandbox, rewards, reference log-probs with
 adapters disabled, PPO update, AdamW, events, adapter checkpoint) is the production path.
 
@@ -44,16 +48,24 @@ if str(ROOT) not in sys.path:
 
 DEMO_PROBLEMS = ROOT / "data" / "demo" / "problems.jsonl"
 
-# Qwen3.5-9B's text stack, expressed as a Qwen3 (dense) model: 32 layers, hidden 4096, 16 query heads of
-# 256 (= hidden), 4 KV heads, MLP 12288, ~152k vocabulary, untied embeddings.
+# Qwen3.5-9B's text stack (Qwen3_5TextConfig): 32 layers, three linear-attention layers to each
+# full-attention one, hidden 4096, 16 query heads of 256, 4 KV heads, linear attention 16 key / 32
+# value heads of 128 with a conv kernel of 4, MLP 12288, vocabulary 248,320, untied embeddings, rotary
+# on a quarter of each head (interleaved mrope sections 11/11/10 over its 64 dims).
 SHAPE_9B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=16,
-                num_key_value_heads=4, head_dim=256, vocab_size=151936, max_position_embeddings=8192,
-                tie_word_embeddings=False, rope_theta=1_000_000.0)
-# Same code path, CPU-sized; vocabulary larger than the tokenizer's on purpose (like a random 9B model,
-# it samples ids the tokenizer has never seen).
-SHAPE_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, vocab_size=4096, max_position_embeddings=1024,
-                  tie_word_embeddings=False, rope_theta=10_000.0)
+                num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
+                linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+                vocab_size=248320, max_position_embeddings=8192, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [11, 11, 10], "mrope_interleaved": True})
+# Same architecture and code path, CPU-sized (4 layers: 3 linear + 1 full); vocabulary larger than the
+# tokenizer's on purpose (like a random 9B model, it samples ids the tokenizer has never seen).
+SHAPE_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                  linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                  vocab_size=4096, max_position_embeddings=1024, tie_word_embeddings=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.25,
+                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True})
 
 
 def log(msg: str) -> None:
@@ -68,8 +80,8 @@ def write_problem_file(out: Path, n: int) -> Path:
 
 
 def prepare_model_dir(out: Path, shape: dict) -> Path:
-    """A model directory with a local byte-level BPE tokenizer and a Qwen3 config (no weights)."""
-    from transformers import Qwen3Config
+    """A model directory with a local byte-level BPE tokenizer and a Qwen3.5 text config (no weights)."""
+    from transformers import Qwen3_5TextConfig
 
     from training.tiny_model import PYTHON_SNIPPETS, train_tokenizer
 
@@ -77,7 +89,8 @@ def prepare_model_dir(out: Path, shape: dict) -> Path:
                                  for line in DEMO_PROBLEMS.read_text().splitlines() if line.strip()]
     tokenizer = train_tokenizer(texts)
     eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = Qwen3Config(**shape, bos_token_id=None, eos_token_id=eos, pad_token_id=eos, use_cache=True)
+    config = Qwen3_5TextConfig(**shape, bos_token_id=None, eos_token_id=eos, pad_token_id=eos, use_cache=True)
+    config.architectures = ["Qwen3_5ForCausalLM"]
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     config.save_pretrained(out)
@@ -95,24 +108,24 @@ def _no_init():
 
 
 def random_model(config, device: str, dtype):
-    """Build ``config`` on ``device`` in ``dtype``, skipping the slow init, then fill N(0, 0.02) there."""
+    """Build ``config`` on ``device`` in ``dtype``, skipping the slow init, then fill the matrices with
+    N(0, 0.02) there. Vectors (norm weights, the linear-attention decay ``A_log`` and ``dt_bias``) keep
+    what the constructors set: the init functions skipped are those of the matrices."""
     import torch
-    from transformers import Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     t0 = time.perf_counter()
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device), _no_init():
-            model = Qwen3ForCausalLM(config)
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     finally:
         torch.set_default_dtype(previous)
     gen = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:  # RMSNorm weights
-                p.fill_(1.0)
-            else:
+            if p.dim() >= 2:  # projections, embeddings, conv taps
                 p.normal_(0.0, 0.02, generator=gen)
     model.eval()
     n = sum(p.numel() for p in model.parameters())
@@ -217,9 +230,12 @@ def run(args: argparse.Namespace) -> dict:
         update_tokens = n_cand * (prompt_tokens + m["completion_len/mean"])
         rows.append({"step_s": m["time/step_s"], "gen_tok_s": m["tokens_per_s"], "gen_tokens": gen_tokens,
                      "update_s": m["time/update_s"], "update_tok_s": update_tokens / max(m["time/update_s"], 1e-9),
-                     "rollout_s": m["time/rollout_s"], "sandbox_s": m["time/sandbox_s"]})
+                     "rollout_s": m["time/rollout_s"], "sandbox_s": m["time/sandbox_s"],
+                     "mismatch_kl": m["rollout/mismatch_kl"], "logprob_diff_max": m["rollout/logprob_diff_max"]})
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    runtime = next(e for e in events if e["event"] == "start")["runtime"]
     return {"facts": facts, "shape": shape, "tiny": args.tiny, "runner": runner_kind, "peak_gib": peak,
+            "runtime": runtime,
             "reserved_gib": reserved, "first_step_s": steps[0]["time/step_s"], "median": med,
             "timed_steps": len(rows), "total_s": total_s, "args": vars(args), "prompt_tokens": prompt_tokens}
 
@@ -235,9 +251,13 @@ def _prompt_tokens(model_dir: Path, problems: Path) -> float:
 def table(r: dict) -> str:
     m, a = r["median"], r["args"]
     shape = r["shape"]
-    params = "9B-shaped" if not r["tiny"] else "tiny (smoke test)"
-    head = (f"{params} Qwen3 model: {shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}, "
-            f"{shape['num_attention_heads']} heads × {shape['head_dim']}, {shape['num_key_value_heads']} KV heads, "
+    params = "Qwen3.5-9B-shaped" if not r["tiny"] else "tiny (smoke test)"
+    rt = r["runtime"]
+    layers = " + ".join(f"{n} {t.replace('_', ' ')}" for t, n in rt["layer_types"].items())
+    head = (f"{params} `{rt['architecture']}`: {shape['num_hidden_layers']} layers ({layers}), hidden "
+            f"{shape['hidden_size']}, {shape['num_attention_heads']} heads × {shape['head_dim']}, "
+            f"{shape['num_key_value_heads']} KV heads, linear attention {shape['linear_num_key_heads']} key / "
+            f"{shape['linear_num_value_heads']} value heads × {shape['linear_key_head_dim']}, "
             f"MLP {shape['intermediate_size']}, vocab {shape['vocab_size']}; random weights, "
             f"{'bf16' if not r['tiny'] else 'fp32'}, LoRA r=16 all-linear, gradient checkpointing "
             f"{'off' if a['no_checkpointing'] else 'on'}. Step: {a['prompts']} prompts × {a['candidates']} candidates, "
@@ -251,10 +271,17 @@ def table(r: dict) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M')}. Median of {r['timed_steps']} step(s) after a warm-up step "
         f"({r['first_step_s']:.1f} s); whole script {r['total_s']:.0f} s after imports.",
         "",
-        "| peak GPU memory | generation tokens/s | update tokens/s | step s | generate s | update s |",
-        "|---|---|---|---|---|---|",
+        "Kernels measured: " + ", ".join(f"{k} `{v}`" for k, v in rt["kernels"].items())
+        + (" — " + "; ".join(rt["warnings"]) if rt["warnings"] else "") + ".",
+        "",
+        "| peak GPU memory | generation tokens/s | update tokens/s | step s | generate s | update s | "
+        "mismatch KL | max abs Δ log-prob |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {peak} | {m['gen_tok_s']:.0f} | {m['update_tok_s']:.0f} | {m['step_s']:.1f} | {m['rollout_s']:.1f} | "
-        f"{m['update_s']:.1f} |",
+        f"{m['update_s']:.1f} | {m['mismatch_kl']:.2e} | {m['logprob_diff_max']:.3f} |",
+        "",
+        "Mismatch: sampler vs trainer log-probs of the sampled tokens under the same weights "
+        "(`rollout/mismatch_kl`, mean per-token k3; `rollout/logprob_diff_max`).",
         "",
         "Update tokens/s counts prompt + completion tokens of every candidate through the reference forward, the "
         "policy forward/backward and the optimizer step (`time/update_s`).",
@@ -288,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     text = ("## GPU check\n\n" if not args.tiny else "## GPU check (CPU smoke test only: `--tiny`)\n\n") + table(result)
     print(text)
     if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2))
+        args.json_out.write_text(json.dumps(result, indent=2, default=str))  # args hold Paths
     if not args.no_write:
         from benchmarks.results import update_section
 

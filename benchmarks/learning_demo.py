@@ -1,7 +1,8 @@
 """Does the loop learn? Held-out pass@1 of the warm-started tiny model before and after a CPU run,
 against a shuffled-reward control that must not improve.
 
-    python benchmarks/learning_demo.py [--model DIR] [--steps N] [--threads 1] [--no-control] [--no-write]
+    python benchmarks/learning_demo.py [--arch qwen3|qwen3_5] [--model DIR] [--steps N] [--threads 1]
+                                       [--no-control] [--no-write]
 
 1. Builds the tiny model with its supervised warm start on data/demo/problems.jsonl
    (``python -m training tiny-model --warmup-problems ...``) unless ``--model`` names one.
@@ -16,7 +17,8 @@ against a shuffled-reward control that must not improve.
    has no such switch; see /work/notes/T3_FINDINGS.md).
 
 Target: ≥ +30 points of held-out pass@1 within 5 minutes of wall clock on 2 cores; the control must
-not improve. Writes the ``learning-demo`` section of RESULTS.md.
+not improve. Writes the ``learning-demo`` section of RESULTS.md (``learning-demo-qwen3-5`` for the
+hybrid Qwen3.5 architecture, ``--arch qwen3_5``).
 """
 
 from __future__ import annotations
@@ -138,16 +140,22 @@ def warm_start(build: dict) -> str:
             f"{w.get('correct_copies', '?')} right body to {w.get('wrong_per_problem', '?')} failing variants each")
 
 
+ARCH_NAMES = {"Qwen3ForCausalLM": "tiny Qwen3 model (dense)",
+              "Qwen3_5ForCausalLM": "tiny Qwen3.5 model (hybrid: 3 Gated DeltaNet linear-attention layers + 1 "
+                                    "full-attention layer, transformers' torch kernels)"}
+
+
 def markdown(results: list[dict], cfg: dict, build: dict, load: tuple[float, float], threads: int,
              command: str = "python benchmarks/learning_demo.py") -> str:
     s, t = cfg["sampling"], cfg["ppo"]
     tr = cfg["train"]
+    arch = build.get("architecture", "Qwen3ForCausalLM")
     lines = [
-        "## Learning demo: tiny model, held-out pass@1 before → after",
+        f"## Learning demo: {ARCH_NAMES.get(arch, arch)}, held-out pass@1 before → after",
         "",
         f"`{command}` on {platform.machine()} with {os.cpu_count()} CPUs (shared; load "
         f"average {load[0]:.1f} before, {load[1]:.1f} after), torch threads {threads}, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}. Model: the tiny Qwen3 model "
+        f"{time.strftime('%Y-%m-%d %H:%M')}. Model: the {ARCH_NAMES.get(arch, arch)} `{arch}` "
         f"({build.get('parameters', '?'):,} parameters) warm-started on the demo set's train split"
         f"{' (build ' + str(build['build_seconds']) + ' s, not counted)' if 'build_seconds' in build else ''}"
         f"{warm_start(build)}.",
@@ -185,6 +193,8 @@ def markdown(results: list[dict], cfg: dict, build: dict, load: tuple[float, flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, default=None, help="warm-started tiny model (default: build one)")
+    ap.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3",
+                    help="architecture of the tiny model built when --model is not given")
     ap.add_argument("--problems", type=Path, default=DEMO_PROBLEMS)
     ap.add_argument("--steps", type=int, default=None, help="override train.steps")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -214,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
             torch.set_num_threads(args.threads)
             print("[learning-demo] building the warm-started tiny model ...", file=sys.stderr, flush=True)
-            model = build_tiny_model(Path(tmp) / "tiny", warmup_problems=args.problems, seed=0)
+            model = build_tiny_model(Path(tmp) / "tiny", warmup_problems=args.problems, seed=0, arch=args.arch)
         info_path = Path(model) / "crucible_tiny.json"
         build = json.loads(info_path.read_text()) if info_path.exists() else {}
         cfg = demo_config(str(model), str(args.problems), overrides)
@@ -229,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         from benchmarks.results import update_section
 
-        update_section("learning-demo", text)
+        arch = build.get("architecture", "Qwen3ForCausalLM")
+        update_section("learning-demo" if arch == "Qwen3ForCausalLM" else "learning-demo-qwen3-5", text)
     return 0
 
 

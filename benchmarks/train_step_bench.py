@@ -1,13 +1,23 @@
 """One RL step, ours vs TRL's GRPOTrainer, on the same tiny model, batch and sandbox.
 
-    python benchmarks/train_step_bench.py [--steps 3] [--warmup 1] [--rounds 1] [--threads 1]
-                                          [--model DIR] [--stop-strings] [--no-trl] [--no-write]
+    python benchmarks/train_step_bench.py [--arch qwen3|qwen3_5] [--steps 3] [--warmup 1] [--rounds 1]
+                                          [--threads 1] [--defaults] [--model DIR] [--stop-strings]
+                                          [--no-trl] [--no-write]
 
 Work per step, identical on both sides: 16 train problems of data/demo x 8 candidates, at most 128
 new tokens, temperature 1.0, top_k 0, top_p 1.0; LoRA r=8 alpha=16 on all linear layers; KL to the
 reference (adapters disabled) with coefficient 0.04; every candidate executed by the sandbox
 (``sandbox.Runner``, process backend, 2 workers, warm) and scored with our five reward dimensions;
 one optimizer step over the 128 candidates in micro-batches of 32.
+
+Two thread settings. "same threads": both sides run torch on ``--threads`` threads for the whole
+step. "defaults" (``--defaults``): each tool as it runs out of the box: ours follows the phases of a
+step (``PhaseThreads.for_cpu``: every core while the sandbox is idle, the cores its workers leave
+while it executes), TRL runs on torch's default (every core).
+
+The model is the tiny model of ``--arch``: ``qwen3`` (dense) or ``qwen3_5`` (Qwen3.5's hybrid Gated
+DeltaNet + full attention text stack, transformers' torch fallback for its linear-attention layers
+on CPU); the RESULTS.md section names the architecture and the thread counts.
 
 - ours: ``training.trainer.train`` for warmup + steps steps (held-out eval off: the problem file
   holds only the 16 train problems); per-step wall and CPU time are taken around
@@ -68,10 +78,10 @@ def write_problem_file(out: Path, n: int = PROBLEMS_PER_STEP) -> Path:
     return out
 
 
-def build_model(out: Path) -> Path:
+def build_model(out: Path, arch: str) -> Path:
     from training.tiny_model import build_tiny_model
 
-    return build_tiny_model(out, seed=0)
+    return build_tiny_model(out, seed=0, arch=arch)
 
 
 def _set_threads(threads: int | None) -> int:
@@ -82,13 +92,28 @@ def _set_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
+def _threads_label(threads: int | None, side: str) -> str:
+    if threads:
+        return str(threads)
+    if side.startswith("ours"):
+        from training.trainer import PhaseThreads
+
+        phases = PhaseThreads.for_cpu(SANDBOX_WORKERS)
+        return f"{phases.idle_threads} gen/update, {phases.busy_threads} beside the sandbox"
+    import torch
+
+    return str(torch.get_num_threads())
+
+
 # ------------------------------------------------------------------------------------------- ours
 
 def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_strings: bool) -> dict:
     from training import trainer as T
     from training.config import config_from_dict
 
-    threads = _set_threads(threads)
+    label = _threads_label(threads, "ours")
+    phase_threads = None if threads else T.PhaseThreads.for_cpu(SANDBOX_WORKERS)
+    _set_threads(threads or (phase_threads.busy_threads if phase_threads else None))
     timings: list[dict] = []
     original = T.Trainer.run_step
 
@@ -112,7 +137,7 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
         "sandbox": {"backend": "process", "workers": SANDBOX_WORKERS, "mode": "warm"},
     })
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as run_dir:
-        status = T.train(cfg, run_dir, progress=False)
+        status = T.train(cfg, run_dir, progress=False, phase_threads=phase_threads)
         events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
     if status != "succeeded":
         raise SystemExit(f"our training run ended {status}")
@@ -122,7 +147,7 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
         t["rollout_s"] = m.get("time/rollout_s")
         t["sandbox_s"] = m.get("time/sandbox_s")
         t["update_s"] = m.get("time/update_s")
-    return {"side": "ours-stop" if stop_strings else "ours", "threads": threads, "steps": timings}
+    return {"side": "ours-stop" if stop_strings else "ours", "threads": label, "steps": timings}
 
 
 # -------------------------------------------------------------------------------------------- TRL
@@ -139,7 +164,8 @@ def run_trl(model: str, problems: str, steps: int, threads: int | None) -> dict:
     from training import rewards as R
     from training.tiny_model import load_problem_file
 
-    threads = _set_threads(threads)
+    _set_threads(threads)
+    label = _threads_label(threads, "trl")
     plist = load_problem_file(problems)
     by_id = {p.id: p for p in plist}
     weights = R.weights_dict(None)
@@ -197,7 +223,7 @@ def run_trl(model: str, problems: str, steps: int, threads: int | None) -> dict:
     n = PROBLEMS_PER_STEP * CANDIDATES
     for t, log in zip(timings, collected):
         t["tokens"] = round(log["completions/mean_length"] * n)
-    return {"side": "trl", "threads": threads, "steps": timings, "trl_version": trl.__version__}
+    return {"side": "trl", "threads": label, "steps": timings, "trl_version": trl.__version__}
 
 
 # ------------------------------------------------------------------------------------ orchestration
@@ -207,9 +233,8 @@ def _child(side: str, model: Path, problems: Path, steps: int, threads: int | No
         out = Path(f.name)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--model", str(model),
            "--problems", str(problems), "--total-steps", str(steps), "--json-out", str(out)]
-    if threads:
-        cmd += ["--threads", str(threads)]
-    print(f"[train-step-bench] {side}: {steps} steps ...", file=sys.stderr, flush=True)
+    cmd += ["--threads", str(threads)] if threads else ["--default-threads"]
+    print(f"[train-step-bench] {side} ({threads or 'default'} threads): {steps} steps ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -217,14 +242,15 @@ def _child(side: str, model: Path, problems: Path, steps: int, threads: int | No
     result = json.loads(out.read_text())
     out.unlink()
     result["process_s"] = time.perf_counter() - t0
+    result["mode"] = "same" if threads else "defaults"
     return result
 
 
-def summarize(runs: list[dict], warmup: int) -> dict[str, dict]:
-    """Per side: the timed steps (warm-up steps of every run dropped), medians."""
-    out: dict[str, dict] = {}
+def summarize(runs: list[dict], warmup: int) -> dict[tuple[str, str], dict]:
+    """Per (thread mode, side): the timed steps (warm-up steps of every run dropped), medians."""
+    out: dict[tuple[str, str], dict] = {}
     for run in runs:
-        s = out.setdefault(run["side"], {"steps": [], "threads": run["threads"]})
+        s = out.setdefault((run["mode"], run["side"]), {"steps": [], "threads": run["threads"]})
         s["steps"] += run["steps"][warmup:]
     for s in out.values():
         steps = s["steps"]
@@ -238,43 +264,56 @@ def summarize(runs: list[dict], warmup: int) -> dict[str, dict]:
     return out
 
 
-def markdown(summary: dict[str, dict], args: argparse.Namespace, load: tuple[float, float]) -> str:
-    trl_row = summary.get("trl")
+ARCH_NAMES = {"qwen3": "tiny Qwen3 (dense, Qwen3ForCausalLM)",
+              "qwen3_5": "tiny Qwen3.5 (Qwen3_5ForCausalLM: 3 Gated DeltaNet linear-attention layers + 1 full-attention "
+                         "layer; transformers' torch fallback for the linear-attention kernels)"}
+
+
+def markdown(summary: dict[tuple[str, str], dict], args: argparse.Namespace, load: tuple[float, float]) -> str:
+    title = "Training step: ours vs TRL GRPOTrainer" + (" — Qwen3.5 (hybrid)" if args.arch == "qwen3_5" else "")
     lines = [
-        "## Training step: ours vs TRL GRPOTrainer",
+        f"## {title}",
         "",
-        f"`python benchmarks/train_step_bench.py --steps {args.steps} --warmup {args.warmup} --rounds {args.rounds}"
+        f"`python benchmarks/train_step_bench.py --arch {args.arch} --steps {args.steps} --warmup {args.warmup} "
+        f"--rounds {args.rounds} --threads {args.threads}{' --defaults' if args.defaults else ''}"
         f"{' --stop-strings' if args.stop_strings else ''}` on {platform.machine()} with {os.cpu_count()} CPUs "
-        f"(shared; load average {load[0]:.1f} before, {load[1]:.1f} after), torch threads "
-        f"{next(iter(summary.values()))['threads']}, {time.strftime('%Y-%m-%d %H:%M')}.",
+        f"(shared; load average {load[0]:.1f} before, {load[1]:.1f} after), {time.strftime('%Y-%m-%d %H:%M')}.",
         "",
         f"One step = {PROBLEMS_PER_STEP} problems x {CANDIDATES} candidates x ≤{MAX_NEW_TOKENS} new tokens, "
-        f"tiny Qwen3 model (random init, so completions run to the limit), LoRA r={LORA['r']} all-linear, "
+        f"{ARCH_NAMES[args.arch]}, random init (so completions run to the limit), LoRA r={LORA['r']} all-linear, "
         f"KL {KL_COEF}, every candidate sent through the sandbox Runner ({SANDBOX_WORKERS} workers) and scored with the "
         f"same five rewards (random-weight completions are nearly all syntax errors, judged without running, so "
         f"execution costs ~0 s here), micro-batches of {MICRO_BATCH}, temperature 1.0 / top_k 0 / top_p 1.0. "
         f"Median of {args.steps * args.rounds} timed steps per side after {args.warmup} warm-up step(s) per run.",
         "",
-        "| contender | s/step (wall) | CPU s/step (main process) | tokens/step | generate s | sandbox s | update s | × TRL (wall) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| threads | contender | torch threads | s/step (wall) | CPU s/step (main process) | tokens/step | generate s | sandbox s | update s | × TRL (wall) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    trl_version = next((s.get("version", "") for (_, side), s in summary.items() if side == "trl"), "")
     names = {"ours": "Crucible `train()` step, no stop strings (like-for-like)",
              "ours-stop": "Crucible `train()` step, default stop strings",
-             "trl": f"TRL {trl_row.get('version', '') if trl_row else ''} GRPOTrainer (grad. checkpointing off)"}
-    for side in ("ours", "ours-stop", "trl"):
-        s = summary.get(side)
-        if not s:
-            continue
-        ratio = f"{s['wall_s'] / trl_row['wall_s']:.2f}" if trl_row else "n/a"
-        fmt = lambda k: f"{s[k]:.2f}" if k in s else "–"  # noqa: E731
-        lines.append(f"| {names[side]} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {s['tokens']:.0f} | "
-                     f"{fmt('rollout_s')} | {fmt('sandbox_s')} | {fmt('update_s')} | {ratio} |")
-    if trl_row and "ours" in summary:
-        r = summary["ours"]["wall_s"] / trl_row["wall_s"]
-        rc = summary["ours"]["cpu_s"] / trl_row["cpu_s"]
-        verdict = "met" if r <= TARGET_RATIO else "NOT met"
-        lines += ["", f"Ratio ours/TRL: **{r:.2f}** wall-clock, {rc:.2f} main-process CPU time. "
-                      f"Target ≤ {TARGET_RATIO}×: **{verdict}**."]
+             "trl": f"TRL {trl_version} GRPOTrainer (grad. checkpointing off)"}
+    verdicts = []
+    for mode in ("same", "defaults"):
+        trl_row = summary.get((mode, "trl"))
+        for side in ("ours", "ours-stop", "trl"):
+            s = summary.get((mode, side))
+            if not s:
+                continue
+            ratio = f"{s['wall_s'] / trl_row['wall_s']:.2f}" if trl_row else "n/a"
+            fmt = lambda k: f"{s[k]:.2f}" if k in s else "–"  # noqa: E731
+            lines.append(f"| {mode} | {names[side]} | {s['threads']} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | "
+                         f"{s['tokens']:.0f} | {fmt('rollout_s')} | {fmt('sandbox_s')} | {fmt('update_s')} | {ratio} |")
+        ours = summary.get((mode, "ours"))
+        if trl_row and ours:
+            r = ours["wall_s"] / trl_row["wall_s"]
+            rc = ours["cpu_s"] / trl_row["cpu_s"]
+            target = f"target ≤ {TARGET_RATIO}×: **{'met' if r <= TARGET_RATIO else 'NOT met'}**" if mode == "same" \
+                else "no target (each tool's own thread defaults)"
+            verdicts.append(f"- {mode} threads: ours/TRL **{r:.2f}** wall-clock, {rc:.2f} main-process CPU time; "
+                            f"{target}.")
+    if verdicts:
+        lines += [""] + verdicts
     lines += ["", "Our phases overlap (the reference log-probs run while the sandbox executes), so they do not add up "
                   "to the step time. TRL's generation cannot stop on strings; TRL's default gradient "
                   "checkpointing (on) would make its step slower still."]
@@ -286,24 +325,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="timed steps per side and round")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps at the start of each run")
     ap.add_argument("--rounds", type=int, default=1, help="alternate ours/TRL this many times")
+    ap.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3", help="tiny model architecture")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads, both sides (default 1: on a shared 2-core machine more threads "
-                         "oversubscribe the cores and make both sides several times slower)")
+                    help="torch threads of the 'same threads' rows, both sides (default 1)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="also time each side under its own thread defaults ('defaults' rows)")
     ap.add_argument("--model", type=Path, default=None, help="model directory (default: build the tiny model)")
     ap.add_argument("--stop-strings", action="store_true", help="also time our step with default stop strings")
     ap.add_argument("--no-trl", action="store_true", help="time only our step")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     ap.add_argument("--side", choices=("ours", "ours-stop", "trl"), help=argparse.SUPPRESS)
     ap.add_argument("--problems", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--default-threads", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--total-steps", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.side:  # child process: one side, results as JSON
+        threads = None if args.default_threads else args.threads
         if args.side == "trl":
-            result = run_trl(str(args.model), str(args.problems), args.total_steps, args.threads)
+            result = run_trl(str(args.model), str(args.problems), args.total_steps, threads)
         else:
-            result = run_ours(str(args.model), str(args.problems), args.total_steps, args.threads,
+            result = run_ours(str(args.model), str(args.problems), args.total_steps, threads,
                               stop_strings=args.side == "ours-stop")
         args.json_out.write_text(json.dumps(result))
         return 0
@@ -316,25 +359,28 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="train-step-bench-") as tmp:
         tmp_path = Path(tmp)
-        model = args.model or build_model(tmp_path / "tiny")
+        model = args.model or build_model(tmp_path / "tiny", args.arch)
         problems = write_problem_file(tmp_path / "problems.jsonl")
         sides = ["ours"] + (["ours-stop"] if args.stop_strings else []) + ([] if args.no_trl else ["trl"])
+        modes = [args.threads] + ([None] if args.defaults else [])
         runs = []
         for _ in range(args.rounds):
-            for side in sides:
-                runs.append(_child(side, model, problems, args.warmup + args.steps, args.threads))
+            for threads in modes:
+                for side in sides:
+                    runs.append(_child(side, model, problems, args.warmup + args.steps, threads))
     summary = summarize(runs, args.warmup)
     for run in runs:
         if run["side"] == "trl":
-            summary["trl"]["version"] = run.get("trl_version", "")
+            summary[(run["mode"], "trl")]["version"] = run.get("trl_version", "")
     text = markdown(summary, args, (load0, os.getloadavg()[0]))
     print(text)
-    print(json.dumps({"summary": {k: {kk: vv for kk, vv in v.items() if kk != "steps"} for k, v in summary.items()},
-                      "runs": runs}), file=sys.stderr)
+    print(json.dumps({"summary": {f"{m}/{side}": {kk: vv for kk, vv in v.items() if kk != "steps"}
+                                  for (m, side), v in summary.items()}, "runs": runs}), file=sys.stderr)
     if not args.no_write:
         from benchmarks.results import update_section
 
-        update_section("train-step-bench", text)
+        update_section("train-step-bench" if args.arch == "qwen3" else f"train-step-bench-{args.arch.replace('_', '-')}",
+                       text)
     return 0
 
 

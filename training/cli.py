@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stop-file", type=Path, help="stop cooperatively when this file appears (default RUN_DIR/STOP)")
     run.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     run.add_argument("--threads", type=int, default=None,
-                     help="torch CPU threads (default on CPU: cores minus sandbox workers, at least 1)")
+                     help="torch CPU threads for the whole run (default on CPU: every core while the sandbox is "
+                          "idle, cores minus sandbox workers while it executes)")
     run.set_defaults(func=cmd_run)
 
     ev = sub.add_parser("eval", help="pass@k of a model (optionally + LoRA adapter) on a problem split")
@@ -151,23 +152,6 @@ def _config_for_run(args: argparse.Namespace) -> Any:
     return load_config(path, args.overrides)
 
 
-def default_cpu_threads(sandbox_workers: int) -> int | None:
-    """Torch threads for a CPU run: leave the sandbox workers their cores.
-
-    On a small machine OpenMP threads that compete with the sandbox (and each other) spin and wait:
-    measured on 2 busy cores, 2 threads made a step 4-5x slower than 1. None (torch's choice) when
-    a GPU is used or OMP_NUM_THREADS says otherwise.
-    """
-    if os.environ.get("OMP_NUM_THREADS"):
-        return None
-    import torch
-
-    if torch.cuda.is_available():
-        return None
-    cores = len(os.sched_getaffinity(0))
-    return max(1, cores - sandbox_workers)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from training.config import save_config
 
@@ -178,16 +162,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on")
     if args.resume and not args.out.exists():
         raise UsageError(f"--resume: run directory not found: {args.out}")
-    _set_threads(args.threads if args.threads is not None else default_cpu_threads(cfg.sandbox.workers))
+    from training.policy import ModelLoadError
+    from training.trainer import PhaseThreads, train
+
+    # --threads pins torch's threads for the whole run; by default they follow the phases of a step
+    # (every core while the sandbox is idle, the cores its workers leave while it runs).
+    _set_threads(args.threads)
+    phase_threads = None if args.threads is not None else PhaseThreads.for_cpu(cfg.sandbox.workers)
+    if phase_threads is not None:
+        phase_threads.busy()
     args.out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, args.out / "config.yaml")
 
-    from training.policy import ModelLoadError
-    from training.trainer import train
-
     try:
         status = train(cfg, args.out, resume=args.resume, stop_file=args.stop_file,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, phase_threads=phase_threads)
     except ModelLoadError as e:  # bad input: `done` (failed, with this message) is already written
         raise UsageError(str(e)) from None
     print(json.dumps({"status": status, "out": str(args.out)}))

@@ -1,6 +1,7 @@
 """python -m training: one-line errors (exit 2), run wiring, eval output, schema."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,17 +67,23 @@ def test_run_passes_the_overridden_config_to_the_trainer(run_yaml, tmp_path, mon
     import training.trainer
 
     calls = []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # (it would pin torch's threads)
     monkeypatch.setattr(training.trainer, "train",
-                        lambda cfg, out, resume, stop_file, progress: calls.append((cfg, out, resume)) or "succeeded")
+                        lambda cfg, out, resume, stop_file, progress, phase_threads:
+                        calls.append((cfg, out, resume, phase_threads)) or "succeeded")
     out = tmp_path / "run"
     assert cli.main(["run", "--config", str(run_yaml), "--out", str(out), "--set", "ppo.learning_rate=1e-5",
                      "--no-progress"]) == 0
-    cfg, got_out, resume = calls[0]
+    cfg, got_out, resume, phases = calls[0]
     assert cfg.ppo.learning_rate == 1e-5 and cfg.train.steps == 2 and got_out == out and resume is False
+    # no --threads: every core while the sandbox is idle, the cores its 2 workers leave while it runs
+    cores = len(os.sched_getaffinity(0))
+    assert (phases.idle_threads, phases.busy_threads) == (cores, max(1, cores - 2))
     assert json.loads(capsys.readouterr().out) == {"status": "succeeded", "out": str(out)}
     # the resolved config is saved, so --resume works without --config
-    assert cli.main(["run", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert cli.main(["run", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
     assert calls[1][0] == cfg and calls[1][2] is True
+    assert calls[1][3] is None  # --threads pins one count for the whole run
 
 
 def test_a_directory_that_holds_no_model_is_one_line_and_a_failed_done_event(run_yaml, tmp_path, capsys):
