@@ -62,6 +62,8 @@ def _problem_set_list(request: HttpRequest) -> HttpResponse:
             status = 400
     else:
         form = UploadForm()
+        if request.GET.get("upload") == "too-large":  # sent here by the ASGI body guard (uploads.py)
+            errors = [{"line": 0, "field": "file", "message": services.too_large_message("the file")}]
     return render(request, "problems/list.html", {
         "form": form, "errors": errors, "problem_sets": visible_sets(request),
         "upload_max_mb": settings.UPLOAD_MAX_BYTES / 2**20,
