@@ -12,10 +12,12 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from webapp.accounts.auth import BearerWebsocketMiddleware  # noqa: E402
 from webapp.core.realtime import ChannelLayerGuard  # noqa: E402
+from webapp.problems.uploads import BodyLimitMiddleware  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter({
-    "http": django_asgi_app,
+    # An over-size body is refused before Django spools or parses any of it.
+    "http": BodyLimitMiddleware(django_asgi_app),
     "websocket": AllowedHostsOriginValidator(ChannelLayerGuard(
         AuthMiddlewareStack(BearerWebsocketMiddleware(URLRouter(websocket_urlpatterns)))
     )),

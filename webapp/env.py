@@ -29,6 +29,7 @@ VARIABLES = {
     "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
     "CRUCIBLE_UPLOAD_MAX_LINES": "most lines read from one problem-set upload, blank ones too (default 100000)",
     "CRUCIBLE_UPLOAD_MAX_EXPANDED_MB": "most MiB a .jsonl.gz upload may decompress to (default 512)",
+    "CRUCIBLE_UPLOAD_INLINE_MB": "uploads whose text is at most this many MiB are imported in the request; larger ones by a sandbox worker, with progress (default 2)",
     "DEBUG": "1 to enable Django debug pages (local only; default 0)",
     "CRUCIBLE_PASSWORD": "password for manage.py create_user (read instead of --password, which the process list shows)",
 }

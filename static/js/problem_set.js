@@ -14,6 +14,9 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
   const id = Number(card.dataset.problemSet);
   const active = (s) => s === "pending" || s === "running";
   if (!active(card.dataset.status)) return;
+  // While the upload is imported the follower below has the page; it reloads when the import ends.
+  const imported = document.getElementById("import");
+  if (imported && imported.dataset.status === "importing") return;
 
   const badge = card.querySelector("[data-validation-status]");
   const summary = document.getElementById("validation-summary");
@@ -51,6 +54,59 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
       const response = await fetch("/api/problem-sets/" + id + "?results=false",
                                    {credentials: "same-origin", headers: {Accept: "application/json"}});
       if (response.ok) show((await response.json()).validation);
+    } catch (err) { /* network blip: try again */ }
+    if (!finished) window.setTimeout(poll, 2000);
+  }
+  window.setTimeout(poll, 2000);
+})();
+
+// Problem-set page of a large upload: follow its background import (lines and bytes read) and
+// reload when it has ended, to show the problems (validation follows) or the errors.
+(function () {
+  "use strict";
+  const card = document.getElementById("import");
+  if (!card || card.dataset.status !== "importing") return;
+  const id = Number(card.dataset.problemSet);
+  const summary = document.getElementById("import-summary");
+  const bar = document.getElementById("import-progress");
+  let finished = false;
+
+  function size(bytes) {
+    if (bytes >= 1 << 20) return (bytes / (1 << 20)).toFixed(1) + " MB";
+    if (bytes >= 1 << 10) return (bytes / (1 << 10)).toFixed(1) + " KB";
+    return bytes + " bytes";
+  }
+
+  // `state`: {status, read_bytes, total_bytes, lines} from the notification or the API's `import`.
+  function show(state) {
+    if (finished) return;
+    if (state.status === "importing") {
+      summary.textContent = state.lines + " lines, " + size(state.read_bytes) + " of " +
+        size(state.total_bytes) + " read…";
+      bar.max = state.total_bytes;
+      bar.value = state.read_bytes;
+      return;
+    }
+    finished = true;
+    summary.textContent = "finished; loading the problems…";
+    window.location.reload();
+  }
+
+  try {
+    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
+    socket.onmessage = (msg) => {
+      const data = JSON.parse(msg.data);
+      if (data.event === "import" && data.problem_set === id) show(data);
+    };
+  } catch (err) { /* polling below still follows the import */ }
+
+  async function poll() {
+    if (finished) return;
+    try {
+      const response = await fetch("/api/problem-sets/" + id + "?results=false",
+                                   {credentials: "same-origin", headers: {Accept: "application/json"}});
+      if (response.ok) show((await response.json()).import);
     } catch (err) { /* network blip: try again */ }
     if (!finished) window.setTimeout(poll, 2000);
   }

@@ -56,3 +56,11 @@ def login(page, base_url, username, password):
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base_url}/")
+
+
+@pytest.fixture
+def background_imports(service_env):
+    """The web server started after this fixture imports every upload on the sandbox queue."""
+    service_env["CRUCIBLE_UPLOAD_INLINE_MB"] = "0"
+    yield
+    del service_env["CRUCIBLE_UPLOAD_INLINE_MB"]

@@ -61,3 +61,23 @@ def test_the_problem_set_list_follows_a_validation_without_reload(page, live_ser
     page.wait_for_selector(f"#problem-sets tr[data-problem-set='{ps.pk}'][data-status=done]", timeout=120_000)
     assert "2 ok, 0 failing" in row.inner_text()
     assert page.evaluate("window.__sameDocument") is True  # updated in place, not reloaded
+
+
+def test_a_large_upload_is_imported_in_the_background_and_the_set_page_follows_it(
+        page, background_imports, live_server_url, celery_worker, user):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/problem-sets/")
+    content = "".join(json.dumps(p) + "\n" for p in PROBLEMS).encode()
+    page.fill("input[name=name]", "Background set")
+    page.set_input_files("input[name=file]", files=[{"name": "big.jsonl", "mimeType": "application/x-ndjson",
+                                                     "buffer": content}])
+    page.click("#upload-form button[type=submit]")
+    page.wait_for_url("**/problem-sets/*/")
+    # The import ends (the page reloads with the problems), then the page follows their validation.
+    page.wait_for_selector("#import[data-status=done]", timeout=120_000)
+    page.wait_for_selector("#validation[data-status=done]", timeout=120_000)
+    assert "2 problems ok, 1 failing" in page.locator("#validation").inner_text()
+    assert page.locator("#problems tbody tr").count() == 3
+    from webapp.problems.models import ProblemSet
+
+    assert ProblemSet.objects.get(name="Background set").import_total_bytes == len(content)  # it was stored

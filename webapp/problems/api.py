@@ -20,12 +20,25 @@ class LineError(Schema):
     message: str
 
 
+class ImportState(Schema):
+    status: str = Field(description="importing | done | failed")
+    read_bytes: int = Field(description="bytes of the upload read so far")
+    total_bytes: int = Field(description="size of the upload as sent (0 when it was imported in the request)")
+    lines: int = Field(description="lines read so far")
+    problems: int | None = Field(description="problems imported; null while importing")
+
+
+class ImportReport(ImportState):
+    errors: list[LineError]
+
+
 class Created(Schema):
     id: int
     name: str
-    problems: int
+    problems: int | None = Field(description="null while a large upload is imported in the background (202)")
     format: str
     errors: list[LineError]
+    import_: ImportState = Field(alias="import")
 
 
 class Refused(Schema):
@@ -64,6 +77,7 @@ class Summary(Schema):
     owner: str
     splits: Splits
     validation: dict
+    import_: ImportState = Field(alias="import")
 
 
 class Detail(Schema):
@@ -77,6 +91,7 @@ class Detail(Schema):
     splits: Splits
     import_errors: list[LineError]
     validation: Validation
+    import_: ImportReport = Field(alias="import")
 
 
 class Message(Schema):
@@ -97,21 +112,25 @@ def _summary(ps: ProblemSet) -> dict:
             "splits": {"train": ps.train_count, "heldout": ps.heldout_count},
             "validation": {"status": ps.validation_status, "passed": ps.validation_passed,
                            "failed": ps.validation_failed, "checked": ps.validation_checked,
-                           "total": ps.problem_count}}
+                           "total": ps.problem_count},
+            "import": services.import_state(ps, errors=False)}
 
 
-@router.post("", response={201: Created, 400: Refused}, summary="Upload a problem set",
+@router.post("", response={201: Created, 202: Created, 400: Refused}, by_alias=True, summary="Upload a problem set",
              description="Multipart `file` (.jsonl or .jsonl.gz), `name` (defaults to the file name) and "
                          "`format` (auto, native, humaneval, mbpp, apps, codecontests). Bad lines are "
                          "reported as {line, field, message} (1-based; 0 = the whole file) while the good "
-                         "problems are kept; a file with no good problem is refused with 400.")
+                         "problems are kept; a file with no good problem is refused with 400. An upload "
+                         "whose text is past CRUCIBLE_UPLOAD_INLINE_MB answers 202 with `problems: null` "
+                         "and `import.status: importing`: a sandbox worker imports it, and "
+                         "GET /api/problem-sets/{id} follows `import` (progress, then its errors).")
 def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str] = "",
            format: Form[str] = "auto"):
     if getattr(request, "upload_too_large", False):
         return Status(400, {"detail": f"upload refused: {services.too_large_message('the file')}", "errors": []})
     if file is None:
         return Status(400, {"detail": "no file: send the problems as the multipart field `file`", "errors": []})
-    problem_set, errors = services.create_problem_set(_user(request), name, file, format)
+    problem_set, errors = services.upload_problem_set(_user(request), name, file, format)
     if problem_set is None:
         first = errors[0] if errors else {"line": 0, "field": None, "message": "no problems"}
         where = f"line {first['line']}: " if first["line"] else ""
@@ -119,16 +138,19 @@ def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str
         reason = f"{where}{field}{first['message']}"
         return Status(400, {"detail": f"upload refused, no problem could be imported ({reason})",
                             "errors": errors})
-    return Status(201, {"id": problem_set.pk, "name": problem_set.name, "problems": problem_set.problem_count,
-                        "format": problem_set.format, "errors": errors})
+    state = services.import_state(problem_set, errors=False)
+    return Status(202 if problem_set.importing else 201,
+                  {"id": problem_set.pk, "name": problem_set.name, "problems": state["problems"],
+                   "format": problem_set.format, "errors": errors, "import": state})
 
 
-@router.get("", response=list[Summary], summary="The user's problem sets (staff: everyone's)")
+@router.get("", response=list[Summary], by_alias=True, summary="The user's problem sets (staff: everyone's)")
 def list_sets(request: HttpRequest):
     return [_summary(ps) for ps in _visible(request).select_related("owner")]
 
 
-@router.get("/{int:problem_set_id}", response=Detail, summary="A problem set and its validation report",
+@router.get("/{int:problem_set_id}", response=Detail, by_alias=True,
+            summary="A problem set, its import and its validation report",
             description="`results=false` leaves out the per-problem rows (for polling).")
 def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
     ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
@@ -141,7 +163,8 @@ def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
                              "empty_failed": v.empty_failed, "detail": v.detail})
     out = _summary(ps)
     out.update(source_filename=ps.source_filename, import_errors=ps.import_errors,
-               validation={**out["validation"], "error": ps.validation_error, "results": rows})
+               validation={**out["validation"], "error": ps.validation_error, "results": rows},
+               **{"import": services.import_state(ps)})
     return out
 
 
@@ -154,9 +177,12 @@ def export(request: HttpRequest, problem_set_id: int):
     return response
 
 
-@router.post("/{int:problem_set_id}/validate", response={202: Summary}, summary="Validate the set again")
+@router.post("/{int:problem_set_id}/validate", response={202: Summary, 409: Message}, by_alias=True,
+             summary="Validate the set again (409 while it is being imported)")
 def revalidate(request: HttpRequest, problem_set_id: int):
     ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
+    if ps.import_status != ProblemSet.Import.DONE:
+        return Status(409, {"detail": f"problem set {ps.pk} has no problems to validate (import {ps.import_status})"})
     return Status(202, _summary(services.enqueue_validation(ps)))
 
 

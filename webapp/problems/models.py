@@ -16,6 +16,11 @@ class ProblemSet(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    class Import(models.TextChoices):
+        IMPORTING = "importing"
+        DONE = "done"
+        FAILED = "failed"
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="problem_sets")
     name = models.CharField(max_length=200)
     created = models.DateTimeField(auto_now_add=True)
@@ -26,6 +31,15 @@ class ProblemSet(models.Model):
     heldout_count = models.PositiveIntegerField(default=0)
     import_errors = models.JSONField(default=list, blank=True,
                                      help_text="Lines the importer refused: [{line, field, message}].")
+    import_status = models.CharField(
+        max_length=10, choices=Import.choices, default=Import.DONE,
+        help_text="`importing` while a sandbox worker parses a large upload; `failed` when no problem came of it.")
+    import_read_bytes = models.BigIntegerField(default=0, help_text="Bytes of the stored upload read so far.")
+    import_total_bytes = models.BigIntegerField(default=0, help_text="Size of the upload as sent (compressed).")
+    import_lines = models.PositiveIntegerField(default=0, help_text="Lines read so far (decompressed).")
+    upload_path = models.CharField(
+        max_length=255, blank=True,
+        help_text="The stored upload a background import reads, relative to MEDIA_ROOT; cleared when it ends.")
     validation_status = models.CharField(max_length=10, choices=Validation.choices, default=Validation.PENDING)
     validation_passed = models.PositiveIntegerField(default=0)
     validation_failed = models.PositiveIntegerField(default=0)
@@ -44,6 +58,10 @@ class ProblemSet(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.problem_count} problems)"
+
+    @property
+    def importing(self) -> bool:
+        return self.import_status == self.Import.IMPORTING
 
     @property
     def validation_in_progress(self) -> bool:

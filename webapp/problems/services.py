@@ -2,11 +2,15 @@
 
 Parsing is the sandbox importers' job (`sandbox.formats.parse_stream`); execution is the
 sandbox runner's. This module only turns their plain results into rows and state changes.
+A small upload is imported in the request; a larger one is stored under MEDIA_ROOT and imported
+by `problems.import_upload` on the sandbox queue, which then queues the validation.
 """
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable
@@ -26,6 +30,8 @@ STORED_STREAM_CHARS = 64 * 1024
 """stdout/stderr kept per stored validation result (the page shows them; the sandbox caps at 1 MiB)."""
 VALIDATION_CHUNK_MIN = 32
 """Fewest problems validated between two progress updates (more with more sandbox workers)."""
+IMPORT_PROGRESS_INTERVAL_S = 0.5
+"""Least time between two stored progress updates of a background import."""
 EMPTY_SOLUTION = ""
 """The "empty solution": a program that defines nothing, so tests that pass on it check nothing."""
 
@@ -68,27 +74,43 @@ class _CappedReader:
         return data
 
 
-def parse_upload(uploaded_file: IO[bytes], filename: str, format: str, progress=None):
+class TooLargeToParseInline(Exception):
+    """The upload's text is past UPLOAD_INLINE_BYTES: it is imported in the background instead."""
+
+
+def parse_upload(uploaded_file: IO[bytes], filename: str, format: str, progress=None, *,
+                 inline: bool = False):
     """Parse an upload straight from its (temporary) file, never holding it whole: `(LoadResult | None, errors)`.
 
     The compressed size is bounded by UPLOAD_MAX_BYTES, the text by UPLOAD_MAX_EXPANDED_BYTES and
     the lines by UPLOAD_MAX_LINES, each checked while reading, so a refusal costs only the bytes and
-    lines read up to its bound.
+    lines read up to its bound. `progress(lines, read_bytes)` counts lines of text and bytes of the
+    upload as sent. `inline`: raise TooLargeToParseInline once the text passes UPLOAD_INLINE_BYTES.
     """
     from sandbox.formats import parse_stream
 
+    max_expanded = settings.UPLOAD_MAX_EXPANDED_BYTES
+    budget = min(settings.UPLOAD_INLINE_BYTES, max_expanded) if inline else max_expanded
     max_bytes = settings.UPLOAD_MAX_BYTES
     too_big = [_error(0, "file", too_large_message(filename, max_bytes))]
     size = getattr(uploaded_file, "size", None)
     if size is not None and size > max_bytes:
         return None, too_big
+    if inline and size is not None and size > budget:
+        raise TooLargeToParseInline(filename)
     if hasattr(uploaded_file, "seek"):
         uploaded_file.seek(0)
     reader = _CappedReader(uploaded_file, max_bytes)
-    result = parse_stream(reader, filename, format, max_bytes=settings.UPLOAD_MAX_EXPANDED_BYTES,
-                          max_lines=settings.UPLOAD_MAX_LINES, progress=progress)
+
+    def report(lines: int, _text_bytes: int) -> None:
+        progress(lines, reader.read_bytes)
+
+    result = parse_stream(reader, filename, format, max_bytes=budget, max_lines=settings.UPLOAD_MAX_LINES,
+                          progress=report if progress else None)
     if reader.too_large:
         return None, too_big
+    if result.limit == "bytes" and budget < max_expanded:
+        raise TooLargeToParseInline(filename)
     if reader.read_bytes == 0:
         return None, [_error(0, "file", f"{filename} is empty")]
     if result.limit is not None:
@@ -106,19 +128,52 @@ def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str =
     file as a whole). Good problems are kept when some lines are bad; a file with no good problem is
     refused: `(None, errors)` and nothing is stored.
     """
-    if format not in UPLOAD_FORMATS:
-        return None, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
+    filename, name, errors = _check_upload_request(uploaded_file, name, format)
+    if errors:
+        return None, errors
+    result, errors = parse_upload(uploaded_file, filename, format)
+    return _create_from_result(owner, name, filename, result, errors, validate=validate)
+
+
+def upload_problem_set(owner, name: str, uploaded_file, format: str = "auto") -> tuple[ProblemSet | None, list[dict]]:
+    """What the upload form and the API do: `create_problem_set` for an upload whose text is at most
+    UPLOAD_INLINE_BYTES; a larger one is stored and imported by a sandbox worker (the set is returned
+    `importing`, with no problems yet), so the request never decompresses or parses much."""
+    filename, name, errors = _check_upload_request(uploaded_file, name, format)
+    if errors:
+        return None, errors
+    try:
+        result, errors = parse_upload(uploaded_file, filename, format, inline=True)
+    except TooLargeToParseInline:
+        return start_import(owner, name, filename, uploaded_file, format), []
+    return _create_from_result(owner, name, filename, result, errors)
+
+
+def _check_upload_request(uploaded_file, name: str, format: str) -> tuple[str, str, list[dict]]:
+    """`(filename, name, errors)`: the format must be known and the name fit its column."""
     filename = os.path.basename(getattr(uploaded_file, "name", None) or "upload.jsonl")
+    if format not in UPLOAD_FORMATS:
+        return filename, name, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
     name = (name or "").strip() or _name_from_filename(filename)
     if len(name) > 200:
-        return None, [_error(0, "name", f"is {len(name)} characters long; the limit is 200")]
-    result, errors = parse_upload(uploaded_file, filename, format)
+        return filename, name, [_error(0, "name", f"is {len(name)} characters long; the limit is 200")]
+    return filename, name, []
+
+
+def _import_errors(filename: str, result, errors: list[dict]) -> list[dict]:
+    """The errors to report for a parse: the refusal's, or the bad lines' (a file with no good problem says so)."""
     if result is None:
-        return None, errors
+        return errors
     errors = [e.to_dict() for e in result.errors]
-    if not result.problems:
-        if not errors:
-            errors = [_error(0, None, f"{filename} has no problems")]
+    if not result.problems and not errors:
+        errors = [_error(0, None, f"{filename} has no problems")]
+    return errors
+
+
+def _create_from_result(owner, name: str, filename: str, result, errors: list[dict], *,
+                        validate: bool = True) -> tuple[ProblemSet | None, list[dict]]:
+    errors = _import_errors(filename, result, errors)
+    if result is None or not result.problems:
         return None, errors
     with transaction.atomic():
         problem_set = ProblemSet.objects.create(owner=owner, name=name, format=result.format,
@@ -164,6 +219,146 @@ def replace_problems(problem_set: ProblemSet, problems: list, *, format: str | N
     if validate:
         enqueue_validation(locked)
     return locked
+
+
+# --- background import ------------------------------------------------------------------------
+
+
+def upload_dir(problem_set_id: int) -> Path:
+    return Path(settings.MEDIA_ROOT) / "problem-sets" / str(problem_set_id)
+
+
+def start_import(owner, name: str, filename: str, uploaded_file, format: str) -> ProblemSet:
+    """Store the upload under MEDIA_ROOT and create its set `importing`; `problems.import_upload` is
+    published once that commits. Nothing is created when the file cannot be stored."""
+    with transaction.atomic():
+        ps = ProblemSet.objects.create(owner=owner, name=name, format=format, source_filename=filename[:255],
+                                       import_status=ProblemSet.Import.IMPORTING)
+        directory = upload_dir(ps.pk)
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = directory / "upload"
+            size = 0
+            with open(path, "wb") as out:  # chunk by chunk: Django spooled anything big to a temp file
+                if hasattr(uploaded_file, "seek"):
+                    uploaded_file.seek(0)
+                for chunk in uploaded_file.chunks() if hasattr(uploaded_file, "chunks") else iter(
+                        lambda: uploaded_file.read(1 << 20), b""):
+                    out.write(chunk)
+                    size += len(chunk)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        ps.upload_path = str(path.relative_to(settings.MEDIA_ROOT))
+        ps.import_total_bytes = size
+        ps.save(update_fields=["upload_path", "import_total_bytes"])
+        transaction.on_commit(lambda: publish_import(ps.pk))
+    log.info("problem set %s: %s (%d bytes) stored, importing on the sandbox queue", ps.pk, filename, size)
+    return ps
+
+
+def import_task_id(problem_set_id: int) -> str:
+    return f"import-{problem_set_id}"
+
+
+def publish_import(problem_set_id: int) -> bool:
+    """Publish `problems.import_upload`; False (logged) when the broker is down: the sweep publishes it again."""
+    from webapp.core.broker import publish
+
+    from . import tasks
+
+    return publish(tasks.import_upload, args=[problem_set_id], task_id=import_task_id(problem_set_id),
+                   queue="sandbox")
+
+
+def import_problem_set(problem_set_id: int) -> ProblemSet | None:
+    """Parse a stored upload into the set's problems (the body of `problems.import_upload`); idempotent.
+
+    Progress (lines and bytes read) is stored as it goes. A file with no good problem leaves the set
+    `failed` with its errors (the page lists them); a good one makes it `done` and queues validation.
+    The stored upload is removed either way. Returns the set, or None when it no longer exists.
+    """
+    ps = ProblemSet.objects.filter(pk=problem_set_id).first()
+    if ps is None:
+        shutil.rmtree(upload_dir(problem_set_id), ignore_errors=True)  # deleted while it was queued
+        return None
+    if not ps.importing:
+        return ps  # a redelivered task: the work is done
+    last, lines_read = 0.0, 0
+
+    def progress(lines: int, read_bytes: int) -> None:
+        nonlocal last, lines_read
+        lines_read = lines
+        if time.monotonic() - last < IMPORT_PROGRESS_INTERVAL_S:
+            return
+        last = time.monotonic()
+        ProblemSet.objects.filter(pk=ps.pk, import_status=ProblemSet.Import.IMPORTING).update(
+            import_lines=lines, import_read_bytes=read_bytes)
+        ps.import_lines, ps.import_read_bytes = lines, read_bytes
+        notify_import(ps)
+
+    path = Path(settings.MEDIA_ROOT) / ps.upload_path
+    try:
+        with open(path, "rb") as f:
+            result, errors = parse_upload(f, ps.source_filename or path.name, ps.format, progress)
+    except OSError as exc:
+        result, errors = None, [_error(0, "file", f"the stored upload could not be read ({exc.strerror})")]
+    errors = _import_errors(ps.source_filename, result, errors)
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
+        if locked is None or not locked.importing:
+            return locked  # deleted meanwhile, or another copy of the task finished first
+        locked.import_errors = errors
+        locked.import_read_bytes = locked.import_total_bytes
+        locked.import_lines = lines_read
+        locked.upload_path = ""
+        if result is not None and result.problems:
+            locked.format = result.format
+            locked.import_status = ProblemSet.Import.DONE
+            _store_problems(locked, result.problems)
+        else:
+            locked.import_status = ProblemSet.Import.FAILED
+            locked.validation_status = ProblemSet.Validation.FAILED
+            locked.validation_error = "nothing to validate: the import failed"
+        locked.save(update_fields=["import_errors", "import_read_bytes", "import_lines", "upload_path", "format",
+                                   "import_status", "validation_status", "validation_error"])
+        if locked.import_status == ProblemSet.Import.DONE:
+            locked = enqueue_validation(locked)
+        # The rows are the set from now on; the file goes once they are committed.
+        transaction.on_commit(lambda: shutil.rmtree(upload_dir(problem_set_id), ignore_errors=True))
+    notify_import(locked)
+    log.info("problem set %s: import %s, %d problems, %d errors", locked.pk, locked.import_status,
+             locked.problem_count, len(errors))
+    return locked
+
+
+def import_state(ps: ProblemSet, *, errors: bool = True) -> dict:
+    """The API's `import` object."""
+    state = {"status": ps.import_status, "read_bytes": ps.import_read_bytes, "total_bytes": ps.import_total_bytes,
+             "lines": ps.import_lines, "problems": None if ps.importing else ps.problem_count}
+    if errors:
+        state["errors"] = ps.import_errors
+    return state
+
+
+def notify_import(ps: ProblemSet) -> None:
+    """Tell the owner's open pages how far the import got (group `user-<id>`, /ws/notifications/)."""
+    _notify(ps, {"event": "import", "problem_set": ps.pk, **import_state(ps, errors=False)})
+
+
+def republish_pending_imports() -> list[int]:
+    """Publish again the import of every `importing` set whose task the broker does not hold (like
+    ``republish_pending_validations``); a second copy of a task finds the import done and stops."""
+    from webapp.core.broker import held_task_ids
+
+    importing = list(ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING).values_list("pk", flat=True))
+    if not importing:
+        return []
+    held = held_task_ids("sandbox")
+    published = [pk for pk in importing if import_task_id(pk) not in held and publish_import(pk)]
+    if published:
+        log.warning("published the import again for problem sets %s (the broker held no task for them)", published)
+    return published
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -216,7 +411,8 @@ def republish_pending_validations() -> list[int]:
     finds the set's generation validated (or under way) and does nothing new."""
     from webapp.core.broker import held_task_ids
 
-    pending = list(ProblemSet.objects.filter(validation_status=ProblemSet.Validation.PENDING)
+    pending = list(ProblemSet.objects.filter(validation_status=ProblemSet.Validation.PENDING,
+                                             import_status=ProblemSet.Import.DONE)
                    .values_list("pk", "validation_generation"))
     if not pending:
         return []
@@ -396,16 +592,19 @@ def _finish(problem_set_id: int, generation: int, *, error: str = "") -> Problem
 
 def notify_validation(ps: ProblemSet) -> None:
     """Tell the owner's open pages (group `user-<id>`, /ws/notifications/) that the status changed."""
+    _notify(ps, {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
+                 "passed": ps.validation_passed, "failed": ps.validation_failed,
+                 "checked": ps.validation_checked, "total": ps.problem_count})
+
+
+def _notify(ps: ProblemSet, payload: dict) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    payload = {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
-               "passed": ps.validation_passed, "failed": ps.validation_failed,
-               "checked": ps.validation_checked, "total": ps.problem_count}
     try:
         async_to_sync(get_channel_layer().group_send)(f"user-{ps.owner_id}", {"type": "notify", "payload": payload})
     except Exception:  # a notification is a courtesy: pages also poll, and the rows are written
-        log.warning("problem set %s: could not send the validation notification", ps.pk, exc_info=True)
+        log.warning("problem set %s: could not send the %s notification", ps.pk, payload["event"], exc_info=True)
 
 
 # --- export and delete ------------------------------------------------------------------------
@@ -452,3 +651,5 @@ def delete_problem_set(problem_set: ProblemSet) -> None:
             raise ProblemSetInUse(f"problem set {locked.name!r} is used by {len(in_use)} active "
                                   f"run(s): {names}; cancel them or wait until they finish")
         locked.delete()
+        # An import still queued finds no set and stops; its stored upload goes now.
+        transaction.on_commit(lambda: shutil.rmtree(upload_dir(problem_set.pk), ignore_errors=True))

@@ -13,9 +13,18 @@ def validate(problem_set_id: int, generation: int | None = None, force: bool = F
     return problem_set.validation_status if problem_set else None
 
 
+@app.task(name="problems.import_upload")
+def import_upload(problem_set_id: int) -> str | None:
+    """Parse a large upload stored by the web process into its set; then validation is queued."""
+    from .services import import_problem_set
+
+    problem_set = import_problem_set(problem_set_id)
+    return problem_set.import_status if problem_set else None
+
+
 @app.task(name="problems.republish_pending_validations", ignore_result=True)
 def republish_pending_validations() -> list[int]:
-    """Publish the validation of pending sets the broker holds no task for (beat)."""
-    from .services import republish_pending_validations as republish
+    """Publish the imports and validations the broker holds no task for (beat)."""
+    from .services import republish_pending_imports, republish_pending_validations as republish
 
-    return republish()
+    return republish_pending_imports() + republish()

@@ -48,8 +48,12 @@ def _problem_set_list(request: HttpRequest) -> HttpResponse:
             errors = [{"line": 0, "field": "file", "message": services.too_large_message("the file")}]
             status = 413
         elif form.is_valid():
-            problem_set, errors = services.create_problem_set(
+            problem_set, errors = services.upload_problem_set(
                 request.user, form.cleaned_data["name"], form.cleaned_data["file"], form.cleaned_data["format"])
+            if problem_set is not None and problem_set.importing:
+                messages.info(request, "Uploaded. The file is large, so a sandbox worker imports it; this page "
+                                       "follows its progress, and validation starts when it is done.")
+                return redirect("problems:detail", problem_set.pk)
             if problem_set is not None:
                 note = f"Imported {problem_set.problem_count} problems (format {problem_set.format})."
                 if errors:
@@ -62,6 +66,8 @@ def _problem_set_list(request: HttpRequest) -> HttpResponse:
             status = 400
     else:
         form = UploadForm()
+        if request.GET.get("upload") == "too-large":  # sent here by the ASGI body guard (uploads.py)
+            errors = [{"line": 0, "field": "file", "message": services.too_large_message("the file")}]
     return render(request, "problems/list.html", {
         "form": form, "errors": errors, "problem_sets": visible_sets(request),
         "upload_max_mb": settings.UPLOAD_MAX_BYTES / 2**20,
@@ -164,6 +170,9 @@ def problem_set_delete(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def problem_set_validate(request: HttpRequest, pk: int) -> HttpResponse:
     problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    if problem_set.import_status != ProblemSet.Import.DONE:
+        messages.error(request, f"Not validated: the import is {problem_set.import_status}.")
+        return redirect("problems:detail", pk)
     services.enqueue_validation(problem_set)
     messages.success(request, "Validation queued.")
     return redirect("problems:detail", pk)

@@ -96,6 +96,8 @@ WHITENOISE_USE_FINDERS = True  # serve straight from the finders: no collectstat
 MEDIA_ROOT = DATA_DIR / "uploads"
 UPLOAD_MAX_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_MB", 50, maximum=4096) * 1024 * 1024
 UPLOAD_MAX_LINES = env.get_int("CRUCIBLE_UPLOAD_MAX_LINES", 100_000, maximum=10_000_000)
+# Uploads whose text is larger are stored and imported by a sandbox worker, off the request path.
+UPLOAD_INLINE_BYTES = env.get_int("CRUCIBLE_UPLOAD_INLINE_MB", 2, minimum=0, maximum=4096) * 1024 * 1024
 UPLOAD_MAX_EXPANDED_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_EXPANDED_MB", 512, maximum=512) * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024

@@ -177,3 +177,18 @@ def test_validate_again_queues_a_new_validation(client_alice, make_set, django_c
     assert response.status_code == 302 and len(callbacks) == 1
     ps.refresh_from_db()
     assert ps.validation_status == "pending" and ps.validation_generation == generation + 1
+
+
+def test_the_list_shows_how_far_an_import_and_a_validation_got(client_alice, make_set, settings, tmp_path):
+    settings.UPLOAD_INLINE_BYTES = 64
+    settings.MEDIA_ROOT = tmp_path
+    client_alice.post("/api/problem-sets", {"name": "big", "file": upload_file(jsonl(GOOD, ECHO, WRONG))})
+    ProblemSet.objects.filter(name="big").update(import_lines=2000, import_read_bytes=3 << 20,
+                                                 import_total_bytes=12 << 20)
+    running = make_set(GOOD, ECHO, WRONG, name="running")
+    ProblemSet.objects.filter(pk=running.pk).update(validation_status="running", validation_checked=2)
+    html = client_alice.get("/problem-sets/").content.decode()
+    assert 'data-import="importing"' in html
+    assert "importing: 2000 lines, 3.0\xa0MB of 12.0\xa0MB read" in html
+    assert "2 of 3 checked" in html
+    assert "js/problem_sets.js" in html
