@@ -279,7 +279,8 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
         rows.append(Candidate(run=run, step=step, problem_id=problem_id, index=c.get("index", index),
                               code=str(c.get("code") or ""), reward=c.get("reward"),
                               rewards=c.get("rewards") or {}, result=result, passed=status == "passed",
-                              status=status[:20]))
+                              status=status[:20], truncated=c.get("truncated") is True,
+                              overlong_penalty=_number(c.get("overlong_penalty"))))
     Candidate.objects.bulk_create(rows)
     rewards = [c.reward for c in rows if c.reward is not None]
     zero_variance = event.get("zero_variance")
@@ -296,6 +297,10 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
     stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
     stat.save()
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @lru_cache(maxsize=64)

@@ -91,6 +91,19 @@ def test_the_candidates_fragment_highlights_code_and_shows_tests(client_alice, r
     assert html.count('class="candidate"') == 2
 
 
+def test_the_candidates_fragment_badges_truncated_candidates_and_shows_their_overlong_penalty(client_alice, run):
+    from webapp.runs.services import ingest_event
+
+    from .conftest import problem_event
+
+    event = problem_event(1, statuses=("failed", "failed"))
+    event["candidates"][0].update(truncated=True, overlong_penalty=-0.5)
+    ingest_event(run, event, seq=0)
+    html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates").content.decode()
+    assert html.count('class="status status-truncated truncated"') == 1 and "hit max_new_tokens" in html
+    assert html.count("overlong-penalty") == 1 and "(overlong -0.500)" in html
+
+
 def test_other_users_get_404_on_pages(client, other_user, run):
     client.force_login(other_user)
     for url in (f"/runs/{run.pk}/", f"/runs/{run.pk}/problems/x/candidates", f"/runs/compare?ids={run.pk}"):
