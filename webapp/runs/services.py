@@ -8,7 +8,8 @@
   model name the user gave.
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
-  the read models and broadcast it to the channel group ``run-<id>``.
+  the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
+  ``mismatch_warning``, see ``runtime.step_message_extras``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from webapp.core.outage import OutageLog
 
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
+from .runtime import step_message_extras
 
 log = logging.getLogger("crucible.runs")
 channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
@@ -245,7 +247,7 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if kind == "start" and run.status == "running":
         notify_status(run)
     if broadcast:
-        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq})
+        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq, **step_message_extras(event, run.config)})
     return True
 
 

@@ -92,6 +92,21 @@ def problem_event(step, problem_id="HumanEval/0", statuses=("passed", "failed"))
             "time": time.time()}
 
 
+def runtime_block(**changes):
+    """A start event's runtime block as the trainer writes it for Qwen3.5 on a GPU without the fast kernels."""
+    return {"torch": "2.11.0", "transformers": "5.17.0", "peft": "0.18.0", "accelerate": "1.12.0",
+            "device": "cuda:0 (NVIDIA H200)", "dtype": "bfloat16", "architecture": "Qwen3_5ForCausalLM",
+            "layer_types": {"linear_attention": 24, "full_attention": 8},
+            "kernels": {"attention": "sdpa", "gated_delta_rule": "torch", "causal_conv1d": "torch"},
+            "warnings": ["gated_delta_rule runs transformers' PyTorch fallback: slow; install flash-linear-attention"],
+            **changes}
+
+
+def start_event(**runtime_changes):
+    return {"event": "start", "config": {}, "model": "Qwen/Qwen3.5-9B", "runtime": runtime_block(**runtime_changes),
+            "time": time.time()}
+
+
 def eval_event(step, p1):
     return {"event": "eval", "step": step, "split": "heldout", "pass@1": p1, "pass@k": {"2": min(1.0, p1 + 0.1)},
             "time": time.time()}
