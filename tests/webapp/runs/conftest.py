@@ -38,6 +38,7 @@ def runs_dir(settings, tmp_path):
     settings.RUNS_DIR = tmp_path / "runs"
     settings.MODELS_DIR = tmp_path / "models"
     install_model_stub(settings.MODELS_DIR / "tiny")  # what the web default, models/tiny, names
+    install_model_stub(settings.MODELS_DIR / "tiny-qwen3_5")  # the tiny Qwen3.5 demo preset's model
     return settings.RUNS_DIR
 
 
