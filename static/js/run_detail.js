@@ -99,11 +99,12 @@
       var hasPoints = traces.some(function (t) { return t.x.length; });
       if (hasPoints && chart.threshold) {
         var xs = [].concat.apply([], traces.map(function (t) { return t.x; }));
-        traces.push({x: [Math.min.apply(null, xs), Math.max.apply(null, xs)], y: [chart.threshold, chart.threshold],
+        traces.push({x: [0, Math.max(1, Math.max.apply(null, xs))], y: [chart.threshold, chart.threshold],
                      name: "warning above " + chart.threshold, mode: "lines", type: "scatter", hoverinfo: "skip",
                      line: {dash: "dash", width: 1.5, color: "#b91c1c"}});
       }
       var empty = finished ? "no data recorded" : "waiting for the first step…";
+      if (steps.length && !keys.length) empty = "not reported by this run's trainer";
       if (!hasPoints && chart.positive && keys.length) empty = "0 at every step: the two agree exactly";
       var layout = hasPoints
         ? Object.assign({}, LAYOUT, {title: title, yaxis: Object.assign({automargin: true, exponentformat: "e"}, chart.y),
