@@ -41,7 +41,7 @@ def prepare(env: dict) -> None:
         builds = missing_model_builds(models_dir, demo)
         if builds:
             _say(f"Building the tiny CPU demo model{'s' if len(builds) > 1 else ''} {', '.join(builds)} into "
-                 f"{models_dir} (once; about a minute, side by side)...")
+                 f"{models_dir} (once, side by side: a few minutes)...")
             run_all(builds, env)
     if demo.exists():
         _manage("load_demo", env=env)

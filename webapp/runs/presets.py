@@ -40,7 +40,8 @@ def presets() -> list[dict]:
             "title": "CPU demo — tiny Qwen3.5 (hybrid attention)",
             "description": "The tiny demo on Qwen3.5's architecture: three Gated DeltaNet (linear-attention) layers to "
                            "one full-attention layer, as in Qwen3.5-9B; the run page shows its layer mix and kernels. "
-                           "Same settings as the tiny model's demo.",
+                           "Same settings as the tiny model's demo; about 5 s a step on 2 cores (the linear-attention "
+                           "layers run transformers' PyTorch fallback on CPU), so about 20 minutes.",
             "config": _cpu_demo_config(TINY_QWEN3_5_MODEL),
         },
         {
