@@ -1,7 +1,7 @@
 """`make run`: one command from a fresh clone to a running Crucible.
 
 Starts (or reuses) the embedded Redis, migrates, creates the local admin on first start, loads the
-demo problem set, builds the tiny CPU model, then runs the Celery workers (queues `gpu` and `sandbox`)
+demo problem set, builds the tiny CPU models (Qwen3 and Qwen3.5, side by side), then runs the Celery workers (queues `gpu` and `sandbox`)
 and daphne as children, and keeps them up: a child that exits, or the embedded Redis, is restarted
 with a message (at most ``MAX_RESTARTS`` times in ``RESTART_WINDOW_S`` per service; past that the
 app stops, since something is broken for good). Ctrl-C (or SIGTERM) stops every child process
@@ -35,15 +35,47 @@ def prepare(env: dict) -> None:
     _manage("ensure_admin", env=env)
     from webapp import env as envmod
 
-    data_dir = envmod.data_dir()
-    model_dir = data_dir / "models" / "tiny"
+    models_dir = envmod.data_dir() / "models"
     demo = ROOT / "data" / "demo" / "problems.jsonl"
-    if (ROOT / "training" / "tiny_model.py").exists() and not (model_dir / "config.json").exists():
-        _say(f"Building the tiny CPU demo model into {model_dir} (once; about a minute)...")
-        subprocess.run([sys.executable, "-m", "training", "tiny-model", "--out", str(model_dir),
-                        "--warmup-problems", str(demo)], cwd=ROOT, env=env, check=True)
+    if (ROOT / "training" / "tiny_model.py").exists():
+        builds = missing_model_builds(models_dir, demo)
+        if builds:
+            _say(f"Building the tiny CPU demo model{'s' if len(builds) > 1 else ''} {', '.join(builds)} into "
+                 f"{models_dir} (once, side by side: a few minutes)...")
+            run_all(builds, env)
     if demo.exists():
         _manage("load_demo", env=env)
+
+
+# The CPU demo's models, built under $CRUCIBLE_DATA_DIR/models/ on first start (name -> tiny-model --arch);
+# the presets name them models/<name>.
+DEMO_MODELS = {"tiny": "qwen3", "tiny-qwen3_5": "qwen3_5"}
+
+
+def missing_model_builds(models_dir: Path, warmup_problems: Path) -> dict[str, list[str]]:
+    """The ``tiny-model`` command of each demo model not built yet. A build writes crucible_tiny.json
+    last, so a build that was interrupted (config.json but no weights) is built again."""
+    return {name: [sys.executable, "-m", "training", "tiny-model", "--arch", arch, "--out", str(models_dir / name),
+                   "--warmup-problems", str(warmup_problems)]
+            for name, arch in DEMO_MODELS.items() if not (models_dir / name / "crucible_tiny.json").exists()}
+
+
+def run_all(commands: dict[str, list[str]], env: dict) -> None:
+    """Run the commands side by side and wait for every one; then ``CalledProcessError`` for the first
+    (in order) that failed. Each build uses one thread, so two fit the 2-core machine the demo targets."""
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name, command in commands.items():
+            procs[name] = subprocess.Popen(command, cwd=ROOT, env=env)
+        codes = {name: proc.wait() for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():  # only on the way out of an error: the others are not left behind
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    failed = next((name for name, code in codes.items() if code != 0), None)
+    if failed is not None:
+        raise subprocess.CalledProcessError(codes[failed], commands[failed])
 
 
 def child_commands(port: int) -> dict[str, list[str]]:

@@ -40,6 +40,17 @@
     {id: "chart-time", title: "Time per step, by phase", y: {title: {text: "seconds"}, rangemode: "tozero"},
      keys: function (k) { return k.indexOf("time/") === 0; }, total: "time/step_s",
      label: function (k) { return k === "time/step_s" ? "whole step" : k.slice(5).replace(/_s$/, ""); }},
+    // Same weights, two code paths: ~0 when they agree, so a log axis shows both noise and trouble.
+    {id: "chart-mismatch", title: "Sampler vs trainer log-probs (same weights)",
+     y: {title: {text: "nats (log scale)"}, type: "log", exponentformat: "power"}, threshold: state.mismatch_kl_threshold,
+     keys: function (k) { return k === "rollout/mismatch_kl" || k === "rollout/logprob_diff_max"; }, positive: true,
+     label: function (k) { return k === "rollout/mismatch_kl" ? "mismatch KL (mean per token)" : "largest |log-prob difference|"; }},
+    {id: "chart-truncated", title: "Truncated replies (hit max_new_tokens)",
+     y: {title: {text: "share of candidates"}, tickformat: ".0%", range: [0, 1.02]},
+     keys: function (k) { return k === "rollout/truncated_frac"; }, label: function () { return "truncated"; }},
+    {id: "chart-length", title: "Completion length", y: {title: {text: "tokens"}, rangemode: "tozero"},
+     keys: function (k) { return k.indexOf("completion_len/") === 0; },
+     label: function (k) { return k === "completion_len/max" ? "longest" : k === "completion_len/mean" ? "mean" : k.slice(15); }},
   ];
   // The legend sits under the x-axis title, with room for two rows of entries.
   var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
@@ -66,7 +77,7 @@
         var xs = [], ys = [];
         steps.forEach(function (s) {
           var v = metrics.get(s).metrics[key];
-          if (typeof v === "number") { xs.push(s); ys.push(v); }
+          if (typeof v === "number" && !(chart.positive && v <= 0)) { xs.push(s); ys.push(v); }  // log axis: no 0
         });
         var trace = {x: xs, y: ys, name: chart.label(key), mode: xs.length > 30 ? "lines" : "lines+markers", type: "scatter",
                      hovertemplate: "step %{x}: %{y:.4g}<extra>" + chart.label(key) + "</extra>"};
@@ -86,11 +97,20 @@
       el.dataset.points = steps.length;
       var title = {text: chart.title, font: {size: 13}};
       var hasPoints = traces.some(function (t) { return t.x.length; });
+      if (hasPoints && chart.threshold) {
+        var xs = [].concat.apply([], traces.map(function (t) { return t.x; }));
+        traces.push({x: [0, Math.max(1, Math.max.apply(null, xs))], y: [chart.threshold, chart.threshold],
+                     name: "warning above " + chart.threshold, mode: "lines", type: "scatter", hoverinfo: "skip",
+                     line: {dash: "dash", width: 1.5, color: "#b91c1c"}});
+      }
+      var empty = finished ? "no data recorded" : "waiting for the first step…";
+      if (steps.length && !keys.length) empty = "not reported by this run's trainer";
+      if (!hasPoints && chart.positive && keys.length) empty = "0 at every step: the two agree exactly";
       var layout = hasPoints
         ? Object.assign({}, LAYOUT, {title: title, yaxis: Object.assign({automargin: true, exponentformat: "e"}, chart.y),
                                      showlegend: traces.length > 1},
                         traces.length > 1 ? {} : {margin: Object.assign({}, LAYOUT.margin, {b: 44})})
-        : Object.assign(emptyLayout(finished ? "no data recorded" : "waiting for the first step…"), {title: title});
+        : Object.assign(emptyLayout(empty), {title: title});
       Plotly.react(el, traces, layout, {displaylogo: false, responsive: true});
     });
   }
@@ -150,6 +170,24 @@
     span.textContent = "(" + (delta > 0 ? "+" : delta < 0 ? "" : "±") + delta + ")";
     span.title = "change in percentage points, step " + points[0].step + " → step " + points[points.length - 1].step;
     el.appendChild(span);
+  }
+
+  // Computed server-side (webapp/runs/runtime.py) for the newest step; each live step message carries its own.
+  var warnedStep = -1;
+  function drawMismatch(text, step) {
+    if (step < warnedStep) return;  // a replayed older step never overrides a newer one
+    warnedStep = step;
+    var el = document.getElementById("mismatch-warning");
+    el.textContent = text ? "⚠ " + text : "";
+    el.hidden = !text;
+  }
+
+  function refreshRuntime() {
+    fetch("/runs/" + run.id + "/runtime", {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.text();
+    }).then(function (html) { document.getElementById("runtime").innerHTML = html; })  // escaped by the template
+      .catch(function () { /* the panel keeps what it showed; the next start or a reload fills it */ });
   }
 
   function setStatus(status, error) {
@@ -325,9 +363,13 @@
       lastSeq = ev.seq;
     }
     switch (ev.event) {
+      case "start":
+        refreshRuntime();
+        break;
       case "step":
         metrics.set(ev.step, {metrics: ev.metrics || {}, time: ev.time});
         if (ev.step > run.step) run.step = ev.step;
+        if ("mismatch_warning" in ev) drawMismatch(ev.mismatch_warning, ev.step);
         scheduleDraw();
         break;
       case "problem": {
@@ -379,6 +421,8 @@
     };
   }
 
+  var steps0 = sortedSteps();
+  drawMismatch(state.mismatch_warning, steps0.length ? steps0[steps0.length - 1] : -1);
   drawCharts(); drawProgress(); drawProblems(); drawHealth(); drawCheckpoints(state.checkpoints);
   if (run.error) setStatus(run.status, run.error);
   connect();

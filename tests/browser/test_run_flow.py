@@ -3,6 +3,7 @@ open a failing candidate, download a checkpoint (real worker, real trainer, tiny
 import io
 import json
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,15 @@ def demo_tiny_model():
     if not (target / "config.json").exists():
         build_tiny_model(target)
     return target
+
+
+def wait_until(page, expression: str, timeout_s: float) -> None:
+    """page.wait_for_function without its eval: the page's CSP (script-src 'self') refuses that, while
+    page.evaluate goes through the DevTools protocol."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"still false after {timeout_s} s: {expression}"
+        page.wait_for_timeout(200)
 
 
 def small_demo_set() -> bytes:
@@ -65,10 +75,17 @@ def test_a_user_launches_the_cpu_demo_and_watches_it_learn(page, live_server_url
 
     # The reward chart gains points without a reload.
     page.evaluate("window.__sameDocument = true")
-    page.wait_for_function("Number(document.getElementById('chart-reward').dataset.points) >= 1", timeout=300_000)
-    page.wait_for_function("Number(document.getElementById('chart-reward').dataset.points) >= 2", timeout=300_000)
+    wait_until(page, "Number(document.getElementById('chart-reward').dataset.points) >= 1", 300)
+    wait_until(page, "Number(document.getElementById('chart-reward').dataset.points) >= 2", 300)
     assert page.evaluate("window.__sameDocument === true")
     assert page.evaluate("document.getElementById('chart-reward').data.length") >= 2  # total + dimensions
+
+    # The runtime panel shows what the trainer reported at its start; float32 on CPU: no mismatch warning.
+    wait_until(page, "document.getElementById('runtime').innerText.indexOf('Qwen3ForCausalLM') >= 0", 60)
+    runtime = page.locator("#runtime").inner_text()
+    assert "full attention" in runtime and "float32" in runtime and "transformers" in runtime
+    assert page.locator("#mismatch-warning").is_hidden()
+    assert page.evaluate("document.getElementById('chart-truncated').data.length") == 1
 
     # Open a failing candidate.
     page.wait_for_selector("#problems tr[data-problem]")

@@ -96,6 +96,9 @@ class CandidateOut(Schema):
     rewards: dict[str, Any]
     passed: bool
     outcome: str
+    truncated: bool = Field(description="generation hit max_new_tokens: the answer may be cut off")
+    overlong_penalty: float | None = Field(description="reward.overlong soft: the length penalty included in "
+                                                       "reward (in [-1, 0]); null when none applied")
     result: dict[str, Any]
 
 

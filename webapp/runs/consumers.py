@@ -2,8 +2,8 @@
 
 The consumer joins ``run-<id>`` *before* reading the stored events, so nothing written during the
 replay is lost; events that arrive through the group while the replay is still running are queued by
-Channels and delivered afterwards, and the ``seq`` check drops the ones the replay already sent. It
-never writes to the database.
+Channels and delivered afterwards, and the ``seq`` check drops the ones the replay already sent. A
+replayed ``step`` carries its ``mismatch_warning`` as a live one does. It never writes to the database.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db.models import Max, Q
 
 from .models import Run, RunEvent
+from .runtime import step_message_extras
 
 REPLAY_BATCH = 500
 
@@ -26,8 +27,9 @@ def _int_param(query: dict, name: str) -> int | None:
 
 
 @database_sync_to_async
-def _visible(user, run_id: int) -> bool:
-    return Run.objects.visible_to(user).filter(pk=run_id).exists()
+def _visible_config(user, run_id: int) -> dict | None:
+    """The run's config when ``user`` may see the run, else None."""
+    return Run.objects.visible_to(user).filter(pk=run_id).values_list("config", flat=True).first()
 
 
 @database_sync_to_async
@@ -67,7 +69,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             await self.close()
             return
-        if not await _visible(user, self.run_id):
+        self.config = await _visible_config(user, self.run_id)
+        if self.config is None:
             await self.close()
             return
         self.group = f"run-{self.run_id}"
@@ -77,7 +80,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         while True:
             batch = await _replay_batch(self.run_id, cursor, since if after is None else None)
             for seq, payload in batch:
-                await self.send_json({**payload, "run_id": self.run_id, "seq": seq})
+                await self.send_json({**payload, "run_id": self.run_id, "seq": seq,
+                                      **step_message_extras(payload, self.config)})
                 self.last_seq = seq
             if len(batch) < REPLAY_BATCH:
                 break

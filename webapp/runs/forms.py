@@ -19,7 +19,7 @@ from .services import validate_config
 
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
-    ("Reward", "reward"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
+    ("Reward", "reward"), ("Truncated replies (reward.overlong)", "reward.overlong"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 SKIP = {"problems", "model.adapters"}  # from the problem set; from model.name_or_path (run:<id>/step-<n>)
@@ -109,6 +109,8 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         attrs["max"] = schema["maximum"]
     elif "exclusiveMaximum" in schema and base == "integer":
         attrs["max"] = schema["exclusiveMaximum"] - 1
+    if nullable:
+        attrs["placeholder"] = "null"  # what an empty field means, as the help text says "null = ..."
     validators = [_bounds_validator(schema)] if bounds else []
     if base == "integer":
         return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), validators=validators,

@@ -205,6 +205,9 @@ class Candidate(models.Model):
     result = models.JSONField(default=dict)
     passed = models.BooleanField(default=False)
     status = models.CharField(max_length=20, blank=True, default="", help_text="execution outcome")
+    truncated = models.BooleanField(default=False, help_text="generation hit max_new_tokens (cut off)")
+    overlong_penalty = models.FloatField(null=True, blank=True, help_text="reward.overlong soft: the length "
+                                         "penalty included in reward (in [-1, 0]); null when none applied")
 
     class Meta:
         ordering = ["step", "index"]

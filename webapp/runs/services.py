@@ -8,7 +8,8 @@
   model name the user gave.
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
-  the read models and broadcast it to the channel group ``run-<id>``.
+  the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
+  ``mismatch_warning``, see ``runtime.step_message_extras``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from webapp.core.outage import OutageLog
 
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
+from .runtime import step_message_extras
 
 log = logging.getLogger("crucible.runs")
 channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
@@ -245,7 +247,7 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if kind == "start" and run.status == "running":
         notify_status(run)
     if broadcast:
-        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq})
+        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq, **step_message_extras(event, run.config)})
     return True
 
 
@@ -279,7 +281,8 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
         rows.append(Candidate(run=run, step=step, problem_id=problem_id, index=c.get("index", index),
                               code=str(c.get("code") or ""), reward=c.get("reward"),
                               rewards=c.get("rewards") or {}, result=result, passed=status == "passed",
-                              status=status[:20]))
+                              status=status[:20], truncated=c.get("truncated") is True,
+                              overlong_penalty=_number(c.get("overlong_penalty"))))
     Candidate.objects.bulk_create(rows)
     rewards = [c.reward for c in rows if c.reward is not None]
     zero_variance = event.get("zero_variance")
@@ -296,6 +299,10 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
     stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
     stat.save()
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 @lru_cache(maxsize=64)

@@ -13,10 +13,10 @@ from training.config import ConfigError
 
 from webapp.core.params import int_param
 
-from . import queries, services
+from . import queries, runtime, services
 from .forms import RunForm, flatten
 from .highlight import highlight_python, pygments_css
-from .models import Run, RunEvent, TransitionError
+from .models import Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
 from .services import merge_config, default_config
 
@@ -80,10 +80,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         run.refresh_from_db()
     run_evals = queries.evals(run)
     last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
+    latest = StepMetric.objects.filter(run=run).order_by("-step").values_list("step", "metrics").first()
     state = json.dumps({
         "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started)},
         "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
         "last_seq": -1 if last_seq is None else last_seq,
+        "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN,
+        "mismatch_warning": latest and runtime.mismatch_warning(latest[1], latest[0],
+                                                                tis_cap=runtime.tis_cap_of(run.config)),
     })
     # The two big arrays are spliced in as stored (see queries.metrics_json).
     state = state[:-1] + f',"metrics":{queries.metrics_json(run)},"problems":{queries.problems_json(run)}}}'
@@ -91,7 +95,15 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/detail.html", {
         "run": run, "state": state, "headline": queries.headline(run_evals), "pygments_css": pygments_css(),
         "config_summary": _config_summary(run.config), "config_flat": sorted(flatten(run.config).items()),
+        "runtime": runtime.runtime_rows(runtime.latest_start(run)),
     })
+
+
+@require_GET
+def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
+    """HTML fragment: the runtime panel (the page fetches it when a live ``start`` event arrives)."""
+    run = _run(request, run_id)
+    return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
 
 
 def _config_summary(config: dict) -> list[tuple[str, str]]:
@@ -99,16 +111,24 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
         return []
     lora = config["model"].get("lora")
     s, p, t = config["sampling"], config["ppo"], config["train"]
-    return [
+    # .get: runs stored before sampling.thinking, reward.overlong and ppo.tis_cap existed lack them.
+    overlong = config["reward"].get("overlong") or {}
+    rows = [
         ("model", f"{config['model']['name_or_path']} ({config['model']['dtype']})"),
         ("training", f"LoRA r {lora['r']}, alpha {lora['alpha']}" if lora else "full fine-tune"),
         ("batch", f"{s['problems_per_step']} problems × {s['candidates_per_problem']} candidates, "
-                  f"≤ {s['max_new_tokens']} new tokens, T {s['temperature']}"),
+                  f"≤ {s['max_new_tokens']} new tokens, T {s['temperature']}"
+                  + (", thinking on" if s.get("thinking") else "")),
         ("PPO", f"{p['advantage']}, lr {p['learning_rate']:g}, KL {p['kl_coef']:g} ({p['kl_estimator']}), "
-                f"clip {p['clip_range']:g}"),
+                f"clip {p['clip_range']:g}" + (f", TIS cap {p['tis_cap']:g}" if p.get("tis_cap") is not None else "")),
         ("reward weights", ", ".join(f"{k} {v:g}" for k, v in config["reward"]["weights"].items())),
-        ("schedule", f"{t['steps']} steps, eval every {t['eval_every']}, checkpoint every {t['checkpoint_every']}"),
     ]
+    if overlong.get("mode", "none") != "none":
+        rows.append(("truncated replies", "left out of the loss" if overlong["mode"] == "mask" else
+                     f"soft penalty over the last {overlong.get('buffer_tokens')} tokens"))
+    rows.append(("schedule", f"{t['steps']} steps, eval every {t['eval_every']}, "
+                             f"checkpoint every {t['checkpoint_every']}"))
+    return rows
 
 
 @require_GET

@@ -94,3 +94,37 @@ def test_a_dead_embedded_redis_is_restarted_on_the_same_url(tmp_path):
     finally:
         embedded_redis.stop_embedded_redis()
 
+
+
+def test_first_start_builds_both_tiny_models_and_a_later_start_only_what_is_missing(tmp_path):
+    from webapp.launcher import missing_model_builds
+
+    demo = tmp_path / "problems.jsonl"
+    builds = missing_model_builds(tmp_path / "models", demo)
+    assert list(builds) == ["tiny", "tiny-qwen3_5"]
+    assert builds["tiny-qwen3_5"][1:] == ["-m", "training", "tiny-model", "--arch", "qwen3_5", "--out",
+                                          str(tmp_path / "models" / "tiny-qwen3_5"), "--warmup-problems", str(demo)]
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / "crucible_tiny.json").write_text("{}")
+    (tmp_path / "models" / "tiny-qwen3_5").mkdir()
+    (tmp_path / "models" / "tiny-qwen3_5" / "config.json").write_text("{}")  # an interrupted build
+    assert list(missing_model_builds(tmp_path / "models", demo)) == ["tiny-qwen3_5"]
+
+
+def test_the_builds_run_side_by_side_and_a_failure_is_raised_after_all_ended(tmp_path):
+    import subprocess
+
+    from webapp.launcher import run_all
+
+    # Each waits for the other's file: run one after the other, they would never finish.
+    def meet(mine, theirs, code=0):
+        return [sys.executable, "-c", f"import os, sys, time\nopen({str(tmp_path / mine)!r}, 'w').close()\n"
+                f"deadline = time.monotonic() + 30\nwhile not os.path.exists({str(tmp_path / theirs)!r}):\n"
+                f"    assert time.monotonic() < deadline, 'ran alone'\n    time.sleep(0.02)\nsys.exit({code})"]
+
+    run_all({"a": meet("a", "b"), "b": meet("b", "a")}, dict(os.environ))
+    for f in ("a", "b"):
+        (tmp_path / f).unlink()
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        run_all({"a": meet("a", "b", code=3), "b": meet("b", "a")}, dict(os.environ))
+    assert failed.value.returncode == 3 and failed.value.cmd[0] == sys.executable

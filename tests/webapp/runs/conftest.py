@@ -38,6 +38,7 @@ def runs_dir(settings, tmp_path):
     settings.RUNS_DIR = tmp_path / "runs"
     settings.MODELS_DIR = tmp_path / "models"
     install_model_stub(settings.MODELS_DIR / "tiny")  # what the web default, models/tiny, names
+    install_model_stub(settings.MODELS_DIR / "tiny-qwen3_5")  # the tiny Qwen3.5 demo preset's model
     return settings.RUNS_DIR
 
 
@@ -89,6 +90,21 @@ def problem_event(step, problem_id="HumanEval/0", statuses=("passed", "failed"))
                       "rewards": {"pass_rate": 1.0 if s == "passed" else 0.5, "syntax": 1.0}, "result": r})
     rate = sum(s == "passed" for s in statuses) / len(statuses)
     return {"event": "problem", "step": step, "problem_id": problem_id, "pass_rate": rate, "candidates": cands,
+            "time": time.time()}
+
+
+def runtime_block(**changes):
+    """A start event's runtime block as the trainer writes it for Qwen3.5 on a GPU without the fast kernels."""
+    return {"torch": "2.11.0", "transformers": "5.17.0", "peft": "0.18.0", "accelerate": "1.12.0",
+            "device": "cuda:0 (NVIDIA H200)", "dtype": "bfloat16", "architecture": "Qwen3_5ForCausalLM",
+            "layer_types": {"linear_attention": 24, "full_attention": 8},
+            "kernels": {"attention": "sdpa", "gated_delta_rule": "torch", "causal_conv1d": "torch"},
+            "warnings": ["gated_delta_rule runs transformers' PyTorch fallback: slow; install flash-linear-attention"],
+            **changes}
+
+
+def start_event(**runtime_changes):
+    return {"event": "start", "config": {}, "model": "Qwen/Qwen3.5-9B", "runtime": runtime_block(**runtime_changes),
             "time": time.time()}
 
 

@@ -68,7 +68,8 @@ def test_candidates_list_tests_that_never_ran_as_failed(client_alice, run):
     follower.close()
     url = f"/api/runs/{run.pk}/problems/{quote('add-1', safe='')}/candidates?status=failed"
     [cand] = client_alice.get(url).json()
-    assert {"step", "index", "code", "reward", "rewards", "result"} <= set(cand)
+    assert {"step", "index", "code", "reward", "rewards", "result", "truncated", "overlong_penalty"} <= set(cand)
+    assert cand["truncated"] is False and cand["overlong_penalty"] is None
     assert cand["result"]["status"] == "timeout" and cand["result"]["tests_total"] == 2
     assert [t["passed"] for t in cand["result"]["tests"]] == [False, False]
 

@@ -145,3 +145,15 @@ def test_a_redis_outage_is_logged_once_and_its_end_once_while_events_are_stored(
     services.ingest_event(run, step_event(22), seq=21)
     assert [r.getMessage() for r in caplog.records if r.name == "crucible.runs"] == [
         "the channel layer (Redis) is back after 20 failed call(s)"]
+
+
+def test_candidates_keep_whether_they_were_truncated_and_their_overlong_penalty(run):
+    event = problem_event(1, statuses=("failed", "passed"))
+    event["candidates"][0].update(truncated=True, overlong_penalty=-0.25)
+    event["candidates"][1]["truncated"] = False
+    write_events(run.path / "events.jsonl", [event])
+    follow_all(run)
+    failed, passed = queries.candidates(run, "HumanEval/0", status="failed"), queries.candidates(run, "HumanEval/0",
+                                                                                                 status="passed")
+    assert (failed[0]["truncated"], failed[0]["overlong_penalty"]) == (True, -0.25)
+    assert (passed[0]["truncated"], passed[0]["overlong_penalty"]) == (False, None)

@@ -47,6 +47,33 @@ def test_the_form_has_every_config_field_with_defaults_bounds_and_help(client_al
     assert "CPU demo — tiny model" in html and "Qwen3.5-9B LoRA on one 80 GB GPU" in html
 
 
+def test_the_form_offers_thinking_overlong_and_tis_cap_with_their_help(client_alice, problem_set):
+    r = client_alice.get(f"/runs/new?problem_set={problem_set.pk}")
+    html = r.content.decode()
+    assert 'type="checkbox" name="sampling.thinking"' in html and "enable_thinking" in html
+    assert 'name="ppo.tis_cap"' in html and 'placeholder="null"' in html and "Truncated importance sampling" in html
+    groups = dict(r.context["form"].groups())
+    overlong = [f.name for f in groups["Truncated replies (reward.overlong)"]]
+    assert overlong == ["reward.overlong.mode", "reward.overlong.buffer_tokens"]
+    assert '<option value="soft">soft</option>' in html and "DAPO&#x27;s length penalty" in html
+    assert 'name="reward.overlong"' not in html  # a section that cannot be null gets no switch
+
+
+def test_the_new_fields_reach_the_run_config_and_their_errors_their_field(client_alice, problem_set):
+    data = form_data(problem_set, **{"sampling.prompt_style": "chat", "sampling.thinking": "on", "ppo.tis_cap": "2",
+                                     "reward.overlong.mode": "soft", "reward.overlong.buffer_tokens": "16"})
+    assert client_alice.post("/runs/new", data).status_code == 302
+    config = Run.objects.get().config
+    assert config["sampling"]["thinking"] is True and config["ppo"]["tis_cap"] == 2.0
+    assert config["reward"]["overlong"] == {"mode": "soft", "buffer_tokens": 16}
+    html = client_alice.get(f"/runs/{Run.objects.get().pk}/").content.decode()
+    assert "thinking on" in html and "TIS cap 2" in html and "soft penalty over the last 16 tokens" in html
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.thinking": "on"}))  # completion style
+    assert "needs prompt_style: chat" in r.context["form"]["sampling.thinking"].errors[0]
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"ppo.tis_cap": "0.5"}))
+    assert r.context["form"]["ppo.tis_cap"].errors
+
+
 def test_a_valid_form_launches_a_run(client_alice, problem_set):
     r = client_alice.post("/runs/new", form_data(problem_set))
     run = Run.objects.get()
@@ -89,6 +116,19 @@ def test_the_candidates_fragment_highlights_code_and_shows_tests(client_alice, r
     assert 'class="codehilite"' in html and "wrong answer" in html and "AssertionError" in html
     assert "Traceback: boom" in html  # stderr
     assert html.count('class="candidate"') == 2
+
+
+def test_the_candidates_fragment_badges_truncated_candidates_and_shows_their_overlong_penalty(client_alice, run):
+    from webapp.runs.services import ingest_event
+
+    from .conftest import problem_event
+
+    event = problem_event(1, statuses=("failed", "failed"))
+    event["candidates"][0].update(truncated=True, overlong_penalty=-0.5)
+    ingest_event(run, event, seq=0)
+    html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates").content.decode()
+    assert html.count('class="status status-truncated truncated"') == 1 and "hit max_new_tokens" in html
+    assert html.count("overlong-penalty") == 1 and "(overlong -0.500)" in html
 
 
 def test_other_users_get_404_on_pages(client, other_user, run):
@@ -158,3 +198,11 @@ def test_the_run_page_says_a_run_stopped_by_a_worker_shutdown_resumes_by_itself(
     Run.objects.filter(pk=run.pk).update(auto_resume=False, auto_resumes=1, resume_count=1, status="running")
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="auto-resume"' not in html and "1× automatically after a worker restart" in html
+
+
+def test_the_run_page_of_a_run_stored_before_the_new_config_fields_still_renders(client_alice, run):
+    config = run.config
+    del config["sampling"]["thinking"], config["ppo"]["tis_cap"], config["reward"]["overlong"]
+    Run.objects.filter(pk=run.pk).update(config=config)
+    r = client_alice.get(f"/runs/{run.pk}/")
+    assert r.status_code == 200 and "thinking on" not in r.content.decode()
