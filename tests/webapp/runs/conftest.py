@@ -137,19 +137,32 @@ def full_run_events(run_dir: Path, steps: int = 2) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """The tiny model, built once per session (untrained: it fails nearly every problem, which is fine)."""
+def models_dir(tmp_path_factory):
+    """A models directory holding both tiny models, each built once per session (untrained: they fail
+    nearly every problem, which is fine): ``tiny`` (dense Qwen3) and ``tiny-qwen3_5`` (hybrid Qwen3.5),
+    the names the CPU demo presets use."""
     from training.tiny_model import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+    root = tmp_path_factory.mktemp("models")
+    build_tiny_model(root / "tiny")
+    build_tiny_model(root / "tiny-qwen3_5", arch="qwen3_5")
+    return root
 
 
-def demo_config(steps=2):
-    """The CPU demo preset (models/tiny: point settings.MODELS_DIR at the session's tiny model's parent),
-    shrunk to a few seconds a step."""
+@pytest.fixture(scope="session")
+def tiny_model_dir(models_dir):
+    """The tiny Qwen3 model (``models/tiny``)."""
+    return models_dir / "tiny"
+
+
+def demo_config(steps=2, model=None):
+    """The CPU demo preset (models/tiny: point settings.MODELS_DIR at ``models_dir``), shrunk to a few
+    seconds a step; ``model`` names another installed model (``models/tiny-qwen3_5``)."""
     from webapp.runs.presets import get_preset
     from webapp.runs.services import merge_config
 
+    if model is not None:
+        return merge_config(demo_config(steps), {"model": {"name_or_path": model}})
     return merge_config(get_preset("cpu-demo")["config"], {
         "sampling": {"problems_per_step": 2, "candidates_per_problem": 2, "max_new_tokens": 24},
         "train": {"steps": steps, "eval_every": 1, "eval_samples": 1, "checkpoint_every": 1},

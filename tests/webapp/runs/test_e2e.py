@@ -30,12 +30,16 @@ async def collect_events(base_url: str, run_id: int, token: str, timeout: float)
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.parametrize("model, architecture", [("models/tiny", "Qwen3ForCausalLM"),
+                                                 ("models/tiny-qwen3_5", "Qwen3_5ForCausalLM")],
+                         ids=["qwen3", "qwen3_5"])
 def test_a_real_short_run_streams_to_the_database_and_a_websocket(celery_worker, live_server_url, user,
-                                                                   tiny_model_dir, settings):
-    settings.MODELS_DIR = tiny_model_dir.parent  # the preset's models/tiny is the session's tiny model
+                                                                   models_dir, settings, client, model,
+                                                                   architecture):
+    settings.MODELS_DIR = models_dir  # the presets' models/tiny* are the session's tiny models
     problem_set = make_problem_set(user, "demo", DEMO.read_bytes())
     token = ApiToken.issue(user, "e2e")[1]
-    run = create_run(user, "e2e run", problem_set, demo_config(steps=2))
+    run = create_run(user, "e2e run", problem_set, demo_config(steps=2, model=model))
 
     events = asyncio.run(collect_events(live_server_url, run.pk, token, timeout=600))
 
@@ -58,3 +62,8 @@ def test_a_real_short_run_streams_to_the_database_and_a_websocket(celery_worker,
     assert checkpoint.kind == "adapter" and checkpoint.size_bytes > 0
     assert (run.path / checkpoint.path / "adapter_config.json").exists()
     assert RunEvent.objects.filter(run=run).count() == len(seqs)
+    start = RunEvent.objects.filter(run=run, kind="start").first().payload
+    assert start["runtime"]["architecture"] == architecture
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert architecture in page  # the run page's runtime block
