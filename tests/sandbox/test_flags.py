@@ -171,3 +171,8 @@ def test_flags_survive_a_round_trip_through_json():
 
 def test_check_names_lists_what_is_not_a_flag():
     assert flags.check_names(["broad_except", "cheating"]) == ["cheating"]
+
+
+def test_every_backend_attaches_flags(executor):
+    res = executor.run(SQ, "def f(x):\n    print('PASSED')\n    return x * x\n")
+    assert (res.status, res.flags) == (Outcome.PASSED, ["spoofed_output"])

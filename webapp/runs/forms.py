@@ -96,6 +96,9 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         branches = [b.get("type") for b in schema["anyOf"]]
         return ListOrStringField(allow_string="string" in branches, nullable="null" in branches, required=False,
                                  **common)
+    if base == "array" and "enum" in schema.get("items", {}):  # a subset of names (reward.penalize_flags)
+        return forms.MultipleChoiceField(choices=[(c, c) for c in schema["items"]["enum"]], required=False,
+                                         widget=forms.CheckboxSelectMultiple, **common)
     if "enum" in schema:
         return forms.ChoiceField(choices=[(c, c) for c in schema["enum"]], **common)
     if base == "boolean":
