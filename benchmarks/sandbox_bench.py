@@ -149,6 +149,32 @@ def bench_ours(problems, cands, workers, mode):
     return wall, sum(r.passed for r in results), startup, isolation, busy[0] / (workers * wall)
 
 
+def bench_flags(repeat: int = 20) -> tuple[float, float, int]:
+    """(median, p95) microseconds of `flags.detect` per candidate, and how many candidates: the demo
+    set's references and this bench's candidates, each with a result that printed a line (so the
+    output scan runs too). Per-problem analysis is cached, as it is in a run; the first call per
+    problem is left out."""
+    from sandbox import flags
+    from sandbox.problems import load_problems
+    from sandbox.result import ExecutionResult
+    demo = [(p, p.reference_solution) for p in
+            load_problems(os.path.join(ROOT, "data", "demo", "problems.jsonl")).problems]
+    problems, cands, _ = workload(len(TASKS) * 4)
+    pmap = {p.id: p for p in problems}
+    pairs = demo + [(pmap[c.problem_id], c.code) for c in cands]
+    result = ExecutionResult(status="passed", stdout="debug: 42\n")
+    for problem, code in pairs:
+        flags.detect(problem, code, result)
+    times = []
+    for problem, code in pairs:
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            flags.detect(problem, code, result)
+        times.append((time.perf_counter() - t0) / repeat * 1e6)
+    times.sort()
+    return statistics.median(times), times[int(0.95 * (len(times) - 1))], len(times)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sandbox bench")
     ap.add_argument("--n", type=int, default=256, help="candidates (default 256)")
@@ -231,6 +257,10 @@ def main(argv=None) -> int:
               "shown apart. Slots busy: the time the slots spent executing candidates over workers × "
               "wall; the rest is the hand-over between candidates. The machine is shared, so rates "
               "drift between rounds; the per-round ratios are what is compared."]
+    flags_median, flags_p95, flags_n = bench_flags()
+    lines += ["", f"Reward-hacking flags (`sandbox/flags.py`, on the host for every result): "
+              f"{flags_median:.0f} µs per candidate (median; p95 {flags_p95:.0f} µs) over {flags_n} "
+              "candidates (the demo set's references and this workload)."]
     table = "\n".join(lines)
     print(table)
     if not a.no_write:

@@ -46,7 +46,7 @@ class TestResult:
 
 _FIELDS = ("status", "tests_passed", "tests_total", "tests", "syntax_ok", "format_ok", "wall_time_s",
            "cpu_time_s", "peak_memory_mb", "stdout", "stderr", "stdout_truncated",
-           "stderr_truncated", "exit_code", "detail", "isolation", "isolation_features")
+           "stderr_truncated", "exit_code", "detail", "isolation", "isolation_features", "flags")
 
 
 @dataclass
@@ -70,6 +70,8 @@ class ExecutionResult:
     """Harness notes (why a status was given), never mixed into stdout/stderr."""
     isolation: str = "none"
     isolation_features: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    """Reward-hacking signs (sandbox/flags.py vocabulary); descriptive, they never change `status`."""
 
     def __post_init__(self) -> None:
         self.status = Outcome(self.status)
@@ -96,7 +98,7 @@ class ExecutionResult:
                 value = [t.to_dict() for t in value]
             elif name in ("wall_time_s", "cpu_time_s", "peak_memory_mb"):
                 value = round(float(value), 4)
-            elif name == "isolation_features":
+            elif name in ("isolation_features", "flags"):
                 value = list(value)
             d[name] = value
         return d

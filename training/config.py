@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+from sandbox.flags import VOCABULARY as FLAG_VOCABULARY
+
 # Names registered by training/advantages.py (T2); kept here so config validation needs no torch.
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "dr_grpo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -98,10 +100,12 @@ def _check_bounds(value: Any, f: dataclasses.Field) -> None:
     if value is None or isinstance(value, bool):
         return
     m = f.metadata
-    if "choices" in m and value not in m["choices"]:
-        close = difflib.get_close_matches(str(value), m["choices"], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f.name, f"must be one of {', '.join(m['choices'])}; got {value!r}{hint}")
+    # A list field with choices (reward.penalize_flags) checks each of its items.
+    for item in (value if isinstance(value, tuple) and "choices" in m else (value,)):
+        if "choices" in m and item not in m["choices"]:
+            close = difflib.get_close_matches(str(item), m["choices"], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f.name, f"must be one of {', '.join(m['choices'])}; got {item!r}{hint}")
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f.name, f"must be a finite number, got {value!r}")
@@ -258,6 +262,8 @@ class RewardConfig(_Section):
     """Execute each candidate this many times and average its rewards (for noisy tests)."""
     overlong: OverlongConfig = _field(factory=OverlongConfig)
     """Truncated candidates (hit max_new_tokens): kept, masked out of the loss, or softly penalised."""
+    penalize_flags: tuple[str, ...] = _field((), choices=FLAG_VOCABULARY)
+    """Reward-hacking flags (e.g. [exit_before_tests, patches_runtime]) whose candidates get a total reward of 0."""
 
 
 @dataclass(frozen=True)
@@ -746,7 +752,7 @@ def _section_schema(cls: type, ceilings: typing.Mapping[str, float] | None = Non
             target.pop("exclusiveMaximum", None)
             target["maximum"] = ceiling
         if "choices" in m:
-            target["enum"] = list(m["choices"])
+            (target["items"] if target.get("type") == "array" else target)["enum"] = list(m["choices"])
         if "recommended" in m:
             s["x-recommended"] = {"minimum": m["recommended"][0], "maximum": m["recommended"][1]}
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()

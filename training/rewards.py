@@ -228,6 +228,15 @@ def overlong_penalty(length: int, max_new_tokens: int, buffer_tokens: int) -> fl
     return max(-1.0, (free - length) / buffer)
 
 
+def penalized_flags(results: Sequence[Mapping[str, Any]], penalize: Sequence[str]) -> list[str]:
+    """The flags of ``penalize`` that any execution of a candidate carries (``reward.penalize_flags``):
+    when there are some, the candidate's total reward is 0 (sandbox/flags.py defines the flags)."""
+    if not penalize:
+        return []
+    carried = {f for res in results for f in (res.get("flags") or ())}
+    return [f for f in penalize if f in carried]
+
+
 def group_median_length(codes: Sequence[str]) -> float | None:
     """Median ``code_length`` of a group's non-empty programs (conciseness baseline without a reference)."""
     lengths = [code_length(c) for c in codes if code_length(c) > 0]

@@ -50,12 +50,18 @@ class CandidateRecord:
     """Generation hit ``max_new_tokens`` (no EOS, no stop string): the answer may be cut off."""
     overlong_penalty: float = 0.0
     """``reward.overlong: soft``: the length penalty included in ``reward`` (in [-1, 0])."""
+    flags: tuple[str, ...] = ()
+    """Reward-hacking flags carried by any of its executions (sandbox/flags.py vocabulary)."""
+    penalized_flags: tuple[str, ...] = ()
+    """Those of ``flags`` named by ``reward.penalize_flags``: they set ``reward`` to 0."""
 
     def event_dict(self) -> dict:
         out = {"code": self.code, "reward": self.reward, "rewards": self.rewards, "result": self.result,
                "truncated": self.truncated}
         if self.overlong_penalty:
             out["overlong_penalty"] = self.overlong_penalty
+        if self.penalized_flags:
+            out["penalized_flags"] = list(self.penalized_flags)
         return out
 
 
@@ -143,6 +149,7 @@ def start_rollout(
     normalize: bool = True,
     timeout_s: float | None = None,
     overlong: Any = None,
+    penalize_flags: Sequence[str] = (),
 ) -> PendingRollout:
     """Generate ``candidates_per_problem`` completions per problem and submit their executions.
 
@@ -191,7 +198,7 @@ def start_rollout(
         chunk_sizes=chunk_sizes, submitted_at=submitted_at or time.monotonic(), time_generate_s=generate_s,
         score_args={"weights": weights, "normalize": normalize, "timeout_s": timeout_s,
                     "prompt_style": sampling.prompt_style, "group_size": k, "overlong": overlong,
-                    "max_new_tokens": sampling.max_new_tokens},
+                    "max_new_tokens": sampling.max_new_tokens, "penalize_flags": tuple(penalize_flags)},
         _done_at=done_at,
     )
 
@@ -211,9 +218,11 @@ def score_rollout(
     time_sandbox_s: float = 0.0,
     overlong: Any = None,
     max_new_tokens: int | None = None,
+    penalize_flags: Sequence[str] = (),
 ) -> Rollout:
     """Rewards of every candidate from its execution results (several when repeated, averaged);
-    with ``overlong.mode == "soft"`` DAPO's length penalty is added to each total."""
+    with ``overlong.mode == "soft"`` DAPO's length penalty is added to each total; a candidate that
+    carries a flag of ``penalize_flags`` gets a total of 0 (its per-dimension rewards are kept)."""
     soft = overlong is not None and overlong.mode == "soft" and max_new_tokens is not None
     truncated = batch.truncated
     weights = R.weights_dict(weights)
@@ -235,11 +244,14 @@ def score_rollout(
             penalty = (R.overlong_penalty(len(batch.completion_ids[i]), max_new_tokens, overlong.buffer_tokens)
                        if soft else 0.0)
             first = results[i][0]
+            carried = tuple(dict.fromkeys(f for res in results[i] for f in (res.get("flags") or ())))
+            penalized = tuple(R.penalized_flags(results[i], penalize_flags))
+            total = 0.0 if penalized else score.total + penalty
             records.append(CandidateRecord(
                 problem_id=problem.id, group=g, text=batch.texts[i], code=codes[i], result=first,
-                rewards=score.rewards, reward=score.total + penalty, passed=first.get("status") == "passed",
-                truncated=truncated[i], overlong_penalty=penalty))
-            totals.append(score.total + penalty)
+                rewards=score.rewards, reward=total, passed=first.get("status") == "passed",
+                truncated=truncated[i], overlong_penalty=penalty, flags=carried, penalized_flags=penalized))
+            totals.append(total)
     rewards = torch.tensor(totals, dtype=torch.float32).view(len(problems), group_size)  # (P, K)
     return Rollout(problems=list(problems), candidates=records, batch=batch, rewards=rewards,
                    generated_tokens=batch.num_generated_tokens, time_generate_s=time_generate_s,

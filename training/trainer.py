@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
 from training.advantages import compute_advantages, zero_variance_groups
 from training.config import RunConfig, config_to_dict
@@ -217,7 +218,8 @@ class Trainer:
                 model, self.tokenizer, problems, cfg.sampling, _Submitter(self.runner, self._executor()),
                 generator_seed=_step_seed(cfg.train.seed, step, acc.process_index), repeats=cfg.reward.repeats,
                 chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
-                timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong)
+                timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong,
+                penalize_flags=cfg.reward.penalize_flags)
 
         # While the sandbox runs: the forward passes that do not depend on rewards (on the cores the
         # sandbox workers leave free).
@@ -593,6 +595,8 @@ def _rollout_metrics(rollout: Rollout, zero_var: torch.Tensor) -> dict[str, floa
     metrics["completion_len/mean"] = sum(lengths) / max(len(lengths), 1)
     metrics["completion_len/max"] = max(lengths, default=0)
     metrics["rollout/truncated_frac"] = sum(c.truncated for c in cands) / n
+    for flag in FLAG_NAMES:  # every name every step: a curve at 0 says "looked, found none"
+        metrics[f"flags/{flag}"] = sum(flag in c.flags for c in cands)
     metrics["candidates"] = len(cands)
     return metrics
 
@@ -614,7 +618,7 @@ def _gather(acc: Any, metrics: dict, problem_events: list[dict]) -> tuple[dict, 
     total = sum(m.get("candidates", 1) for m in all_metrics) or 1
     merged: dict[str, float] = {}
     for key in metrics:
-        if key in ("zero_variance_groups", "candidates"):
+        if key in ("zero_variance_groups", "candidates") or key.startswith("flags/"):
             merged[key] = sum(m.get(key, 0) for m in all_metrics)
         elif key.startswith("time/") or key in ("lr", "kl_coef", "completion_len/max", "rollout/logprob_diff_max"):
             merged[key] = max(m.get(key, 0.0) for m in all_metrics)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import secrets
 import selectors
+import signal
 import time
 from dataclasses import dataclass, field
 
-from .. import interpret, verdict
+from .. import flags, interpret, verdict
 from ..limits import Limits
 from ..result import ExecutionResult, Outcome, TestResult
 from .base import Channel, Done, ExecIO, WorkerBroken
@@ -35,9 +36,11 @@ def run_pooled(executor, problem, code: str, limits: Limits | None, *, syntax_ok
     if not syntax_ok:
         names = ([f"case {i + 1}" for i in range(len(problem.test_cases))] if problem.kind == "stdio"
                  else [f"test {i + 1}" for i in range(len(problem.tests))])
-        return ExecutionResult(status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
-                               tests=[TestResult(name=n, error="not run: the program does not compile")
-                                      for n in names], detail=assembly_detail)
+        result = ExecutionResult(status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
+                                 tests=[TestResult(name=n, error="not run: the program does not compile")
+                                        for n in names], detail=assembly_detail)
+        result.flags = flags.detect(problem, code, result)
+        return result
     for attempt in (1, 2):
         w = executor._borrow(limits)
         try:
@@ -57,6 +60,7 @@ def run_pooled(executor, problem, code: str, limits: Limits | None, *, syntax_ok
     result.syntax_ok, result.format_ok = True, format_ok
     if assembly_detail and not format_ok:
         result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
+    result.flags = flags.detect(problem, code, result)
     return result
 
 
@@ -228,6 +232,14 @@ class _Outcome:
     status: Outcome | None = None
     detail: list[str] = field(default_factory=list)
     memory_error: bool = False
+    exited: bool = False
+    """The program ended itself before its tests did (sandbox/flags.py's exit_before_tests)."""
+
+
+_EXIT_ETYPES = ("SystemExit", "KeyboardInterrupt")
+# Signals a program sends itself (kill, abort, alarm) rather than gets for a fault or a limit.
+_SENT_SIGNALS = frozenset(int(getattr(signal, name)) for name in (
+    "SIGHUP", "SIGINT", "SIGQUIT", "SIGABRT", "SIGKILL", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTERM"))
 
 
 def drive_execution(channel: Channel, problem, code: str, limits: Limits) -> tuple[ExecutionResult, bool]:
@@ -368,6 +380,7 @@ def _drive_function(channel: Channel, problem, code: str, limits: Limits):
         reply = session.receive(first[0])
         if not reply["ok"]:
             out.memory_error = reply.get("memory") is True
+            out.exited |= reply.get("etype") in _EXIT_ETYPES
             out.status = Outcome.MEMORY if out.memory_error else Outcome.ERROR
             out.detail.append(f"the program raised before the tests ran: {str(reply.get('error'))[:2000]}")
             raise StopIteration
@@ -427,6 +440,11 @@ def _drive_function(channel: Channel, problem, code: str, limits: Limits):
     finally:
         session.close()
     _apply_end(res, out, done, channel, limits, session)
+    if how == "gone" and (done.signal is None or done.signal in _SENT_SIGNALS) \
+            and out.status in (None, Outcome.KILLED):
+        out.exited = True  # no limit ended it: the program ended itself (exit, os._exit, a signal)
+    if out.exited:
+        res.flags.append(flags.EXIT_BEFORE_TESTS)
     if done.ended_by == "exit" and out.status is None and phase == "tests" \
             and any(t.error and t.error.startswith("not run") or t.error == "did not finish"
                     for t in tests):

@@ -5,10 +5,11 @@ from typing import Any, Literal
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
-from ninja import Field, Router, Schema
+from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from ninja.responses import Status
 
+from sandbox.flags import FLAGS
 from training.config import ConfigError
 
 from . import queries, services
@@ -167,11 +168,16 @@ def get_problems(request: HttpRequest, run_id: int):
     return queries.problems(_run(request, run_id))
 
 
-@router.get("/{int:run_id}/problems/{path:problem_id}/candidates", response=list[CandidateOut],
+@router.get("/{int:run_id}/problems/{path:problem_id}/candidates", response={200: list[CandidateOut], 400: Error},
             summary="Candidates of one problem (problem_id URL-encoded; may contain '/')")
 def get_candidates(request: HttpRequest, run_id: int, problem_id: str,
-                   status: Literal["failed", "passed"] | None = None, step: int | None = None):
-    return queries.candidates(_run(request, run_id), problem_id, status=status, step=step)
+                   status: Literal["failed", "passed"] | None = None, step: int | None = None,
+                   flag: str | None = Query(None, description="only candidates whose result carries this "
+                                                                "reward-hacking flag: " + ", ".join(FLAGS))):
+    run = _run(request, run_id)
+    if flag is not None and flag not in FLAGS:
+        return Status(400, {"detail": f"flag: unknown flag {flag!r}; valid: {', '.join(FLAGS)}", "field": "flag"})
+    return queries.candidates(run, problem_id, status=status, step=step, flag=flag)
 
 
 @router.post("/{int:run_id}/cancel", response={200: StatusOut, 409: Error}, summary="Cooperative stop")

@@ -41,8 +41,8 @@ def _bounds_text(s: dict) -> str:
 class ListOrStringField(forms.CharField):
     """A list of strings as JSON (``["\\ndef ", "\\nclass "]``); for ``target_modules`` a bare string too."""
 
-    def __init__(self, *, allow_string: bool, nullable: bool, **kwargs):
-        self.allow_string, self.nullable = allow_string, nullable
+    def __init__(self, *, allow_string: bool, nullable: bool, empty: list | None = None, **kwargs):
+        self.allow_string, self.nullable, self.empty = allow_string, nullable, empty
         super().__init__(**kwargs)
 
     def prepare_value(self, value):
@@ -55,6 +55,8 @@ class ListOrStringField(forms.CharField):
         if not text:
             if self.nullable:
                 return None
+            if self.empty is not None:
+                return list(self.empty)
             raise forms.ValidationError("required")
         if text.startswith("["):
             try:
@@ -96,6 +98,10 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         branches = [b.get("type") for b in schema["anyOf"]]
         return ListOrStringField(allow_string="string" in branches, nullable="null" in branches, required=False,
                                  **common)
+    if base == "array":  # a list that may be empty (reward.penalize_flags); the config checks its items
+        if "enum" in schema.get("items", {}):
+            common["help_text"] += f" (any of: {', '.join(schema['items']['enum'])})"
+        return ListOrStringField(allow_string=False, nullable=False, empty=[], required=False, **common)
     if "enum" in schema:
         return forms.ChoiceField(choices=[(c, c) for c in schema["enum"]], **common)
     if base == "boolean":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from django.db import connection
 from django.db.models import Count
 
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
@@ -65,7 +66,10 @@ def complete_tests(result: dict) -> list[dict]:
     return [{**t, "passed": bool(t.get("passed"))} for t in tests]
 
 
-def candidates(run: Run, problem_id: str, *, status: str | None = None, step: int | None = None) -> list[dict]:
+def candidates(run: Run, problem_id: str, *, status: str | None = None, step: int | None = None,
+               flag: str | None = None) -> list[dict]:
+    """The candidates of one problem, newest step first; ``flag`` keeps those whose result carries it
+    (a name of sandbox/flags.py's vocabulary, checked by the caller)."""
     qs = Candidate.objects.filter(run=run, problem_id=problem_id)
     if status == "passed":
         qs = qs.filter(passed=True)
@@ -73,8 +77,12 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
         qs = qs.filter(passed=False)
     if step is not None:
         qs = qs.filter(step=step)
+    if flag is not None and connection.features.supports_json_field_contains:
+        qs = qs.filter(result__flags__contains=[flag])
     out = []
     for c in qs.order_by("-step", "index"):
+        if flag is not None and flag not in (c.result.get("flags") or ()):
+            continue  # SQLite has no JSON containment: the database kept them all
         result = dict(c.result)
         result["tests"] = complete_tests(result)
         out.append({"step": c.step, "index": c.index, "code": c.code, "reward": c.reward, "rewards": c.rewards,
