@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-# Names registered by training/advantages.py (T2); kept here so config validation needs no torch.
+# The names of the registries in training/advantages.py (ADVANTAGES) and training/losses.py
+# (KL_ESTIMATORS), repeated here so that validating a config imports no torch; a test holds them equal.
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "dr_grpo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+"""The modes of ``training.losses.aggregate`` (which reads them from here)."""
 PROMPT_STYLES = ("completion", "chat")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 WARMUPS = ("none", "stable_then_fast")
