@@ -254,8 +254,9 @@ class RewardConfig(_Section):
     """Weight of each reward dimension (each dimension is in [0, 1])."""
     normalize: bool = True
     """Divide the weighted sum by the sum of weights so the total reward stays in [0, 1]."""
+    # Named reward.clip though it acts on advantages: the key is part of saved configs, so it stays.
     clip: float | None = _field(5.0, gt=0.0)
-    """Clip advantages to [-clip, clip] after normalisation; null = no clipping."""
+    """Clips the advantages (not the rewards) to [-clip, clip] after the group baseline; null = no clipping."""
     repeats: int = _field(1, ge=1, le=10)
     """Execute each candidate this many times and average its rewards (for noisy tests)."""
     overlong: OverlongConfig = _field(factory=OverlongConfig)
