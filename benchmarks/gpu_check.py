@@ -155,24 +155,10 @@ def redirected_from_pretrained(device: str, dtype):
             auto.from_pretrained = original
 
 
-def make_runner(workers: int):
-    """The sandbox's process backend; the unisolated local runner only if the sandbox cannot start."""
-    try:
-        from sandbox import Runner
-
-        runner = Runner(backend="process", workers=workers, mode="warm")
-        runner.isolation  # noqa: B018  (touch it: fails early when the backend cannot run here)
-        return runner, "sandbox process backend"
-    except Exception as e:  # noqa: BLE001  (any failure: fall back and say so)
-        from training.local_runner import SubprocessRunner
-
-        log(f"sandbox Runner unavailable ({type(e).__name__}: {e}); using the unisolated local runner")
-        return SubprocessRunner(workers=workers), "local runner (no isolation)"
-
-
 def run(args: argparse.Namespace) -> dict:
     import torch
 
+    from sandbox import Runner
     from training.config import config_from_dict
     from training.trainer import train
 
@@ -204,7 +190,8 @@ def run(args: argparse.Namespace) -> dict:
             "train": {"steps": args.steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
             "sandbox": {"backend": "process", "workers": 4},
         })
-        runner, runner_kind = make_runner(workers=4)
+        runner = Runner(backend="process", workers=4, mode="warm")  # bubblewrap or, without it, rlimits
+        runner_kind = f"sandbox process backend ({runner.isolation})"
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-MAX_TIME_LIMIT_S = 600.0
+MAX_EXECUTION_TIME_S = 600.0
+"""Upper bound of `Limits.time_limit_s`, which a caller may set above a problem's own limit (those stop at
+`problems.MAX_TIME_LIMIT_S`)."""
 MAX_MEMORY_MB = 65536
 
 
@@ -35,8 +37,8 @@ class Limits:
 
         t = self.time_limit_s
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) \
-                or not 0 < t <= MAX_TIME_LIMIT_S:
-            raise bad("time_limit_s", t, f"must be a number of seconds in (0, {MAX_TIME_LIMIT_S:g}]")
+                or not 0 < t <= MAX_EXECUTION_TIME_S:
+            raise bad("time_limit_s", t, f"must be a number of seconds in (0, {MAX_EXECUTION_TIME_S:g}]")
         object.__setattr__(self, "time_limit_s", float(t))
         for field, low, high in (("memory_mb", 16, MAX_MEMORY_MB), ("max_processes", 1, 4096),
                                  ("file_size_mb", 1, 4096), ("scratch_mb", 1, 16384),

@@ -214,12 +214,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--split {args.split}: {args.problems} has no problems in that split")
     _set_threads(args.threads)
 
+    from sandbox import Runner
     from training.evaluation import evaluate
-    from training.local_runner import make_runner
 
     model, tokenizer = load_model(args.model, args.adapter, cfg.model.dtype)
-    with make_runner(cfg.sandbox.backend, cfg.sandbox.workers, cfg.sandbox.mode, cfg.sandbox.timeout_s,
-                     cfg.sandbox.memory_mb) as runner:
+    with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
+                timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
         report = evaluate(model, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
                           generator_seed=args.seed)
     if not args.per_problem:
@@ -271,14 +271,14 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 def measure_pass_rates(model_dir: str | Path, problems_file: str | Path, samples: int) -> dict:
     """pass@1 per split at temperature 1, plain sampling (top_k 0, top_p 1), 128 new tokens."""
+    from sandbox import Runner
     from training.config import SamplingConfig
     from training.evaluation import evaluate
-    from training.local_runner import make_runner
 
     model, tokenizer = load_model(str(model_dir))
     problems = load_problems_or_fail(problems_file)
     out = {}
-    with make_runner() as runner:
+    with Runner(workers=2) as runner:
         for split in ("train", "heldout"):
             subset = [p for p in problems if p.split == split]
             if subset:

@@ -32,10 +32,12 @@ from typing import Any, Union
 
 from sandbox.flags import VOCABULARY as FLAG_VOCABULARY
 
-# Names registered by training/advantages.py (T2); kept here so config validation needs no torch.
+# The names of the registries in training/advantages.py (ADVANTAGES) and training/losses.py
+# (KL_ESTIMATORS), repeated here so that validating a config imports no torch; a test holds them equal.
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "dr_grpo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+"""The modes of ``training.losses.aggregate`` (which reads them from here)."""
 PROMPT_STYLES = ("completion", "chat")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 WARMUPS = ("none", "stable_then_fast")
@@ -256,8 +258,9 @@ class RewardConfig(_Section):
     """Weight of each reward dimension (each dimension is in [0, 1])."""
     normalize: bool = True
     """Divide the weighted sum by the sum of weights so the total reward stays in [0, 1]."""
+    # Named reward.clip though it acts on advantages: the key is part of saved configs, so it stays.
     clip: float | None = _field(5.0, gt=0.0)
-    """Clip advantages to [-clip, clip] after normalisation; null = no clipping."""
+    """Clips the advantages (not the rewards) to [-clip, clip] after the group baseline; null = no clipping."""
     repeats: int = _field(1, ge=1, le=10)
     """Execute each candidate this many times and average its rewards (for noisy tests)."""
     overlong: OverlongConfig = _field(factory=OverlongConfig)

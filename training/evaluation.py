@@ -51,8 +51,8 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     the evaluation repeatable and leaves the training RNG untouched (None: draw from it). The model
     is put in eval mode and restored. ``on_candidate(problem, text, result)`` sees every sample.
     """
+    from sandbox import Candidate
     from training.generation import build_prompt, generate
-    from training.local_runner import make_candidate
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -77,7 +77,7 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
             batch = generate(model, tokenizer, prompts, sampling, num_return_sequences=samples,
                              generator_seed=seed)
             key = "completion" if sampling.prompt_style == "completion" else "reply"
-            candidates = [make_candidate(chunk[i].id, **{key: text})
+            candidates = [Candidate(chunk[i].id, **{key: text})
                           for i, text in zip(batch.prompt_index, batch.texts)]
             results = runner.run_batch(by_id, candidates)
             for i, text, result in zip(batch.prompt_index, batch.texts, results):

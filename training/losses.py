@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from training.config import LOSS_AGGREGATIONS
+
 # log-ratios beyond this are numerically meaningless and overflow exp() in float32
 _MAX_LOG_RATIO = 20.0
 
@@ -156,12 +158,7 @@ def aggregate(
         per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # (B,)
         denom = values.shape[0] if num_seqs is None else num_seqs
         return per_seq.sum() / _positive(denom)
-    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
-
-
-AGGREGATIONS = ("token_mean", "seq_mean")
-
-POLICY_LOSSES = {"ppo": ppo_clip_loss}
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(LOSS_AGGREGATIONS)}")
 
 
 def ppo_loss(

@@ -28,10 +28,13 @@ import re
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-DIMENSIONS = ("pass_rate", "syntax", "efficiency", "conciseness", "format")
+from training.config import RewardWeights
+
+DIMENSIONS = tuple(f.name for f in fields(RewardWeights))
+"""The reward dimensions, in the order of the config's ``reward.weights`` (each is registered in ``REWARDS``)."""
 
 # Efficiency: a passing run that uses at most this share of its time limit earns the full reward; the
 # reward then falls linearly to 0 at the limit itself. A quarter of the limit leaves room for
@@ -204,13 +207,11 @@ def combine(rewards: Mapping[str, float], weights: Mapping[str, float], normaliz
 def weights_dict(weights: Any) -> dict[str, float]:
     """``RewardWeights`` (dataclass), a mapping or None (the defaults) as a ``{dimension: weight}`` dict."""
     if weights is None:
-        return {"pass_rate": 0.6, "syntax": 0.15, "efficiency": 0.1, "conciseness": 0.05, "format": 0.1}
+        weights = RewardWeights()
     if isinstance(weights, Mapping):
         out = {str(k): float(v) for k, v in weights.items()}
     else:
-        from dataclasses import fields as dc_fields
-
-        out = {f.name: float(getattr(weights, f.name)) for f in dc_fields(weights)}
+        out = {f.name: float(getattr(weights, f.name)) for f in fields(weights)}
     for name in out:
         get_reward(name)
     return out

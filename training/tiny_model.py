@@ -217,14 +217,14 @@ def warmup_examples(problems: Sequence[Any], runner: Any, *, seed: int = 0, corr
                     wrong_per_problem: int = WRONG_PER_PROBLEM) -> tuple[list[tuple[str, str]], dict]:
     """(prompt, completion) pairs: each train problem's body ``correct_copies`` times plus up to
     ``wrong_per_problem`` distinct variants that the runner confirms fail the tests."""
-    from training.local_runner import make_candidate
+    from sandbox import Candidate
 
     rng = random.Random(seed)
     usable = [(p, body) for p in problems if p.split == "train" and p.kind == "function"
               for body in [completion_of(p)] if body is not None]
     variants = [(p, v) for p, body in usable for v in corruptions(body)]
     results = runner.run_batch({p.id: p for p, _ in usable},
-                               [make_candidate(p.id, completion=v) for p, v in variants]) if variants else []
+                               [Candidate(p.id, completion=v) for p, v in variants]) if variants else []
     failing: dict[str, list[str]] = {}
     for (p, v), r in zip(variants, results):
         if r.status != "passed":
@@ -295,11 +295,11 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
     bodies and up to ``wrong_per_problem`` failing variants per train problem).
 
     ``runner`` executes the wrong variants to keep only those that really fail (default:
-    ``make_runner()``). Writes ``crucible_tiny.json`` with the build facts next to the weights.
+    a ``sandbox.Runner`` with 2 workers). Writes ``crucible_tiny.json`` with the build facts next to the weights.
     """
     import torch
 
-    from training.local_runner import make_runner
+    from sandbox import Runner
 
     started = time.time()
     out = Path(out_dir)
@@ -318,7 +318,7 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
                             "vocab_size": len(tokenizer), "seed": seed, "shape": shape}
     if problems:
         own_runner = runner is None
-        runner = runner or make_runner(workers=2)
+        runner = runner or Runner(workers=2)
         try:
             examples, stats = warmup_examples(problems, runner, seed=seed, correct_copies=correct_copies,
                                               wrong_per_problem=wrong_per_problem)

@@ -11,6 +11,8 @@ import yaml
 from training.config import (
     ADVANTAGE_ESTIMATORS,
     DEFAULT_COMPLETION_STOP,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
     SECTIONS,
     ConfigError,
     LoraConfig,
@@ -265,6 +267,21 @@ def test_lr_decay_reaches_the_minimum_at_the_last_step():
 def test_importing_the_config_does_not_import_torch():
     code = "import sys, training.config; assert 'torch' not in sys.modules and 'django' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_config_s_choices_are_exactly_the_names_the_registries_hold():
+    # The config repeats the registries' names so that it imports no torch; this keeps the copies honest.
+    import torch
+
+    from training import advantages, losses
+
+    assert sorted(ADVANTAGE_ESTIMATORS) == sorted(advantages.ADVANTAGES)
+    assert sorted(KL_ESTIMATORS) == sorted(losses.KL_ESTIMATORS)
+    values, mask = torch.ones(2, 3), torch.ones(2, 3)  # (B, T)
+    for mode in LOSS_AGGREGATIONS:
+        assert losses.aggregate(values, mask, mode).item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="valid: " + ", ".join(LOSS_AGGREGATIONS)):
+        losses.aggregate(values, mask, "sum")
 
 
 def test_yaml_dump_of_defaults_is_plain():

@@ -4,7 +4,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from training.local_runner import SubprocessRunner
+from sandbox import Runner
 from training.tiny_model import completion_of, load_problem_file, warmup_examples
 
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "problems.jsonl"
@@ -45,7 +45,8 @@ def test_the_warm_start_never_sees_a_heldout_prompt_and_mixes_one_right_body_wit
     problems = load_problem_file(DEMO)
     train = [p for p in problems if p.split == "train"][:12]
     heldout = [p for p in problems if p.split == "heldout"][:3]
-    examples, stats = warmup_examples(train + heldout, SubprocessRunner(), correct_copies=1, wrong_per_problem=3)
+    with Runner(workers=2) as runner:
+        examples, stats = warmup_examples(train + heldout, runner, correct_copies=1, wrong_per_problem=3)
     assert not {p.prompt for p in heldout} & {prompt for prompt, _ in examples}
     assert stats["problems"] == 12
     for p in train:

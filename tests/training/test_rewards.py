@@ -81,6 +81,14 @@ def test_combine_is_the_weighted_mean_over_the_weight_sum():
     assert R.combine(rewards, {"pass_rate": 2.0, "syntax": 2.0}) == pytest.approx(0.75)
 
 
+def test_the_dimensions_and_default_weights_are_the_config_s_reward_weights():
+    from training.config import RewardWeights
+
+    assert R.weights_dict(None) == RewardWeights().as_dict()
+    assert R.DIMENSIONS == tuple(RewardWeights().as_dict())
+    assert set(R.DIMENSIONS) == set(R.REWARDS)  # every dimension with a weight has a function
+
+
 def test_combine_rejects_all_zero_weights():
     with pytest.raises(ValueError, match="positive sum"):
         R.combine({"pass_rate": 1.0}, {"pass_rate": 0.0})

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from training.local_runner import SubprocessRunner
+from sandbox import Runner
 from training.tiny_model import build_tiny_model, corruptions, load_problem_file, warmup_examples
 
 PROBLEMS = [
@@ -109,7 +109,8 @@ def test_corruptions_are_plausible_single_edits():
 
 def test_warmup_examples_mix_right_bodies_with_wrong_ones_that_really_fail(problem_file):
     problems = load_problem_file(problem_file)
-    examples, stats = warmup_examples(problems, SubprocessRunner(), correct_copies=2, wrong_per_problem=3)
+    with Runner(workers=2) as runner:
+        examples, stats = warmup_examples(problems, runner, correct_copies=2, wrong_per_problem=3)
     by_prompt = {}
     for prompt, body in examples:
         by_prompt.setdefault(prompt, []).append(body)
@@ -128,8 +129,7 @@ def test_warmup_examples_mix_right_bodies_with_wrong_ones_that_really_fail(probl
 
 
 def test_a_short_warm_start_lowers_the_loss_and_saves_a_loadable_model(problem_file, tmp_path):
-    out = build_tiny_model(tmp_path / "warm", warmup_problems=problem_file, warmup_steps=25,
-                           runner=SubprocessRunner())
+    out = build_tiny_model(tmp_path / "warm", warmup_problems=problem_file, warmup_steps=25)
     info = json.loads((out / "crucible_tiny.json").read_text())
     assert info["warmup"]["steps"] == 25 and info["warmup"]["problems"] == 2
     assert info["warmup"]["loss_last"] < info["warmup"]["loss_first"]

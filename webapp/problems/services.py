@@ -20,12 +20,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.core.jsonsafe import db_safe
+from webapp.runs.models import ACTIVE_STATUSES
 from .models import Problem, ProblemSet, ProblemValidation
 
 log = logging.getLogger("crucible.problems")
 
 UPLOAD_FORMATS = ("auto", "native", "humaneval", "mbpp", "apps", "codecontests")
-ACTIVE_RUN_STATUSES = ("queued", "running", "cancelling")
 STORED_STREAM_CHARS = 64 * 1024
 """stdout/stderr kept per stored validation result (the page shows them; the sandbox caps at 1 MiB)."""
 VALIDATION_CHUNK_MIN = 32
@@ -638,7 +638,7 @@ def active_runs(problem_set: ProblemSet):
     runs = getattr(problem_set, "runs", None)
     if runs is None:
         return []
-    return list(runs.filter(status__in=ACTIVE_RUN_STATUSES))
+    return list(runs.filter(status__in=ACTIVE_STATUSES))
 
 
 def delete_problem_set(problem_set: ProblemSet) -> None:

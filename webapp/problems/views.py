@@ -10,9 +10,10 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from webapp.core.highlight import highlight_python
 
 from . import services
 from .forms import ProblemFilterForm, UploadForm
@@ -112,24 +113,14 @@ def problem_detail(request: HttpRequest, pk: int, problem_pk: int) -> HttpRespon
     data = problem.data
     validation = getattr(problem, "validation", None)
     cases = data.get("test_cases") or []
+    reference = data.get("reference_solution") or ""
     return render(request, "problems/problem.html", {
         "ps": problem_set, "problem": problem, "data": data, "validation": validation,
-        "reference_html": highlight_python(data.get("reference_solution") or ""),
+        "reference_html": highlight_python(reference) if reference else "",
         "setup_html": highlight_python(data.get("setup") or ""),
         "tests_html": highlight_python("\n".join(data.get("tests") or [])),
         "test_cases": cases[:SHOWN_TEST_CASES], "more_test_cases": max(0, len(cases) - SHOWN_TEST_CASES),
     })
-
-
-def highlight_python(code: str) -> SafeString:
-    """Server-side Pygments highlighting (inline styles: no stylesheet or CDN needed)."""
-    if not code:
-        return mark_safe("")
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import PythonLexer
-
-    return mark_safe(highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style="monokai")))
 
 
 @require_GET

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Query, Router, Schema
@@ -10,10 +11,11 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from sandbox.flags import FLAGS
-from training.config import ConfigError
+from training.config import ConfigError, json_schema
 
 from . import queries, services
 from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
+from .model_refs import WEB_DEFAULT_MODEL
 from .models import Checkpoint, Run, TransitionError
 from .presets import presets
 
@@ -21,11 +23,27 @@ router = Router(tags=["runs"])
 presets_router = Router(tags=["runs"])
 
 
+def _publish_config_schema(schema: dict[str, Any]) -> None:
+    """``RunIn.config`` in /api/openapi.json: the training config's JSON Schema (this server's ceilings,
+    the web's default model) less what the server sets itself. Validation stays with training.config,
+    whose errors name the dotted field."""
+    config = json_schema(settings.CONFIG_CEILINGS)
+    for key in ("$schema", "$id"):  # a document's header, not a part's
+        config.pop(key)
+    del config["properties"]["problems"]  # from problem_set
+    model = config["properties"]["model"]
+    for where in (model["properties"], model["default"]):  # model.adapters: from name_or_path (run:<id>/step-<n>)
+        del where["adapters"]
+    model["properties"]["name_or_path"]["default"] = model["default"]["name_or_path"] = WEB_DEFAULT_MODEL
+    config["description"] = "run config without `problems`, merged over the defaults (keys left out keep them)"
+    schema.clear()
+    schema.update(config)
+
+
 class RunIn(Schema):
     name: str
     problem_set: int
-    config: dict[str, Any] = Field(default_factory=dict,
-                                   description="run config without `problems`, merged over the defaults")
+    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_publish_config_schema)
 
 
 class RunCreated(Schema):

@@ -13,10 +13,12 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from training.events import DONE_STATUSES
 from webapp.core.models import OwnedQuerySet
 
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
-FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
+FINISHED_STATUSES = DONE_STATUSES
+"""A run ends with the status its trainer's ``done`` event names (the trainer owns that vocabulary)."""
 
 
 class TransitionError(ValueError):
@@ -24,13 +26,7 @@ class TransitionError(ValueError):
 
 
 class Run(models.Model):
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        CANCELLING = "cancelling"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
+    Status = models.TextChoices("Status", [(s.upper(), s) for s in ACTIVE_STATUSES + FINISHED_STATUSES])
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)

@@ -34,14 +34,11 @@ from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
 
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
-from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
+from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 from .runtime import step_message_extras
 
 log = logging.getLogger("crucible.runs")
 channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
-
-EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done")
-FINAL_STATUSES = ("succeeded", "failed", "cancelled")
 
 
 def group_name(run_id: int) -> str:
@@ -239,7 +236,7 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
         return False
     if kind == "done" and apply_done:
         status = event.get("status")
-        if status not in FINAL_STATUSES:
+        if status not in FINISHED_STATUSES:
             status, error = "failed", f"trainer wrote done with unknown status {status!r}"
         else:
             error = event.get("error") or ""

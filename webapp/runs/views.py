@@ -11,11 +11,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from training.config import ConfigError
 
+from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
 
 from . import queries, runtime, services
 from .forms import RunForm, flatten
-from .highlight import highlight_python, pygments_css
 from .models import Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
 from .services import merge_config, default_config
@@ -93,7 +93,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     state = state[:-1] + f',"metrics":{queries.metrics_json(run)},"problems":{queries.problems_json(run)}}}'
     state = mark_safe(state.translate(_JSON_SCRIPT_ESCAPES))
     return render(request, "runs/detail.html", {
-        "run": run, "state": state, "headline": queries.headline(run_evals), "pygments_css": pygments_css(),
+        "run": run, "state": state, "headline": queries.headline(run_evals),
         "config_summary": _config_summary(run.config), "config_flat": sorted(flatten(run.config).items()),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)),
     })

@@ -159,3 +159,18 @@ def test_token_auth_works_and_anonymous_gets_401(client, user, run):
     token = ApiToken.issue(user, "t")[1]
     assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").json()[0]["id"] == run.pk
     assert client.get("/api/runs").status_code == 401
+
+
+def test_the_openapi_schema_publishes_the_run_config_a_client_may_send(client, settings):
+    from training.config import json_schema
+
+    training = json_schema(settings.CONFIG_CEILINGS)["properties"]
+    run_in = client.get("/api/openapi.json").json()["components"]["schemas"]["RunIn"]
+    config = run_in["properties"]["config"]["properties"]
+    assert set(config) == set(training) - {"problems"}  # the run's problem set gives the problems
+    assert config["ppo"]["properties"]["advantage"] == training["ppo"]["properties"]["advantage"]
+    sampling = config["sampling"]["properties"]
+    assert sampling["problems_per_step"] == training["sampling"]["properties"]["problems_per_step"]  # ceilings
+    model = config["model"]["properties"]
+    assert "adapters" not in model and model["name_or_path"]["default"] == "models/tiny"
+    assert run_in["required"] == ["name", "problem_set"]  # config may be left out: all defaults
