@@ -453,16 +453,19 @@ class PhaseThreads:
     """Torch CPU threads per phase of a step. While the sandbox executes candidates its workers need
     their cores, and OpenMP threads competing with them spin and wait (measured on 2 busy cores: 2
     threads made the overlapping log-prob passes 4-5x slower than 1). Generation and the update run
-    while the sandbox is idle, and there every core helps (the update ~1.5x faster with 2 threads
-    than 1 on 2 cores). ``busy``/``idle`` None: leave the thread count alone."""
+    while the sandbox is idle; there every core helps when nothing else is running (the update ~1.5x
+    faster with 2 threads than 1 on 2 idle cores) and hurts badly when something is (9x slower with
+    2 threads on 2 cores loaded by another process: each parallel region waits for a descheduled
+    thread). So the idle phases take every core only while the machine's load leaves them free.
+    ``busy``/``idle`` None: leave the thread count alone."""
 
     def __init__(self, busy: int | None, idle: int | None):
         self.busy_threads, self.idle_threads = busy, idle
 
     @classmethod
     def for_cpu(cls, sandbox_workers: int) -> "PhaseThreads":
-        """Every core while the sandbox is idle, the cores its workers leave (at least 1) while it runs;
-        nothing switched when ``OMP_NUM_THREADS`` is set or a GPU does the work."""
+        """Every core while the sandbox is idle (and the machine too), the cores its workers leave (at
+        least 1) while it runs; nothing switched when ``OMP_NUM_THREADS`` is set or a GPU does the work."""
         import os
 
         if os.environ.get("OMP_NUM_THREADS") or torch.cuda.is_available():
@@ -477,11 +480,24 @@ class PhaseThreads:
     @contextlib.contextmanager
     def idle(self):
         if self.idle_threads:
-            torch.set_num_threads(self.idle_threads)
+            torch.set_num_threads(self.idle_threads if _cores_free(self.idle_threads, self.busy_threads or 1)
+                                  else self.busy_threads or 1)
         try:
             yield
         finally:
             self.busy()
+
+
+def _cores_free(wanted: int, own: int) -> bool:
+    """Whether ``wanted`` cores are free for this process: the 1-minute load average, less this
+    process's own ``own`` running threads, leaves them (with half a core of slack)."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform: do not risk oversubscription
+        return False
+    return load - own <= len(os.sched_getaffinity(0)) - wanted + 0.5
 
 
 class _Mismatch:

@@ -326,3 +326,22 @@ def test_truncated_candidates_are_recorded_and_masked_or_penalised(tmp_path, tin
         assert metrics["grad_norm"] == 0.0 and metrics["loss/policy"] == 0.0
     else:  # length 3 at max 3 with a buffer of 2: the full penalty of -1
         assert all(c["overlong_penalty"] == -1.0 for c in cands)
+
+
+def test_the_idle_phases_take_every_core_only_while_the_machine_leaves_them_free(monkeypatch):
+    import os
+
+    import training.trainer as T
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    phases = T.PhaseThreads(busy=1, idle=2)
+    seen, before = [], torch.get_num_threads()
+    try:
+        for load in (0.9, 4.5):  # this process alone; another process busy on both cores
+            monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+            with phases.idle():
+                seen.append(torch.get_num_threads())
+            seen.append(torch.get_num_threads())
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 1, 1, 1]  # back to the busy count after each idle phase
