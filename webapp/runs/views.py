@@ -1,6 +1,7 @@
 """Run pages: list, new (form + presets), detail (live), candidates fragment, compare, cancel/resume."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 from django.contrib import messages
@@ -37,11 +38,16 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 def run_new(request: HttpRequest) -> HttpResponse:
-    preset = get_preset(request.GET.get("preset", "cpu-demo")) or presets()[0]
+    # The preset the user last picked (run_new.js keeps it in the form) frames "changed from the preset".
+    preset = get_preset(request.POST.get("preset") or request.GET.get("preset", "cpu-demo")) or presets()[0]
     initial_config = merge_config(default_config(), preset["config"])
+    warnings: list[str] = []
     if request.method == "POST":
         form = RunForm(request.POST, user=request.user, initial_config=initial_config)
         if form.is_valid():
+            warnings = form.launch_warnings()
+        # Confirming covers the warnings the user saw: a change that brings different ones asks again.
+        if form.is_valid() and (not warnings or request.POST.get("confirm_warnings") == _digest(warnings)):
             overrides = {k: v for k, v in form.config.items() if k != "problems"}
             try:
                 run = services.create_run(request.user, form.cleaned_data["name"], form.cleaned_data["problem_set"],
@@ -61,13 +67,32 @@ def run_new(request: HttpRequest) -> HttpResponse:
         if problem_set is not None:
             initial["problem_set"] = problem_set
         form = RunForm(user=request.user, initial=initial, initial_config=initial_config)
-        if "problem_set" not in initial:  # preselect the newest set rather than an empty "---------"
-            newest = form.fields["problem_set"].queryset.first()
-            if newest is not None:
-                form.initial["problem_set"] = newest.pk
+        if "problem_set" not in initial:
+            default = _default_problem_set(form.fields["problem_set"].queryset,
+                                           initial_config["sampling"]["problems_per_step"])
+            if default is not None:
+                form.initial["problem_set"] = default.pk
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
                      "values": flatten(merge_config(default_config(), p["config"]))} for p in presets()]
-    return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset})
+    return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
+                                             "launch_warnings": warnings, "warnings_digest": _digest(warnings)})
+
+
+def _digest(warnings: list[str]) -> str:
+    return hashlib.sha256("\n".join(warnings).encode()).hexdigest()[:16]
+
+
+def _default_problem_set(sets, problems_per_step: int):
+    """The newest set a run can train and evaluate on as configured; the newest set when none is clean.
+
+    The newest upload is often a small scratch file without a held-out split; preselecting it made
+    runs that could never report held-out pass@1.
+    """
+    from .forms import set_warnings
+
+    sets = list(sets[:50])
+    return next((ps for ps in sets if ps.train_count and not set_warnings(ps, problems_per_step)),
+                next((ps for ps in sets if ps.train_count and ps.heldout_count), sets[0] if sets else None))
 
 
 @require_GET
