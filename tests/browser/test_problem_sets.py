@@ -32,6 +32,8 @@ def test_a_user_uploads_a_problem_set_and_sees_its_validation_finish(page, live_
     # The page follows the job (websocket / polling) and reloads itself when it is done.
     page.wait_for_selector("#validation[data-status=done]", timeout=120_000)
     assert "2 problems ok, 1 failing" in page.locator("#validation").inner_text()
+    badge = page.locator("#validation [data-validation-status]")
+    assert badge.inner_text() == "1 failing" and "status-warning" in badge.get_attribute("class")
     rows = page.locator("#problems tbody tr")
     assert rows.count() == 3
     assert "passes (bad)" in rows.nth(2).inner_text()
