@@ -130,6 +130,29 @@
     return Math.round(seconds) + " s";
   }
 
+  function queueText(q) {
+    if (!q) return "waiting for a worker";
+    var running = q.running ? q.running + " run" + (q.running > 1 ? "s" : "") + " running" : "no run running";
+    if (q.position === 1) return "next in line (" + running + ")";
+    return "number " + q.position + " in line (" + (q.position - 1) + " queued ahead, " + running + ")";
+  }
+
+  // A queued run's place changes as other runs start: ask the API until this one leaves the queue
+  // (its own start arrives on the websocket).
+  function followQueue() {
+    if (run.status !== "queued") return;
+    fetch("/api/runs/" + run.id, {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.json();
+    }).then(function (data) {
+      if (run.status !== "queued") return;
+      run.queue = data.queue;
+      drawProgress();
+    }).catch(function () { /* the text keeps its last value */ }).then(function () {
+      if (run.status === "queued") setTimeout(followQueue, 10000);
+    });
+  }
+
   function drawProgress() {
     var steps = sortedSteps();
     var step = steps.length ? steps[steps.length - 1] : run.step;
@@ -148,7 +171,7 @@
       eta = run.status + (run.started && run.finished && !resumed
         ? " after " + duration((Date.parse(run.finished) - Date.parse(run.started)) / 1000) : "");
     } else if (run.status === "queued") {
-      eta = "queued: waiting for a worker";
+      eta = "queued: " + queueText(run.queue);
     } else if (run.status === "cancelling") {
       eta = "cancelling: saving a checkpoint…";
     } else if (!finished && step === 0) {
@@ -423,6 +446,7 @@
 
   var steps0 = sortedSteps();
   drawMismatch(state.mismatch_warning, steps0.length ? steps0[steps0.length - 1] : -1);
+  setTimeout(followQueue, 10000);
   drawCharts(); drawProgress(); drawProblems(); drawHealth(); drawCheckpoints(state.checkpoints);
   if (run.error) setStatus(run.status, run.error);
   connect();

@@ -58,6 +58,11 @@ class RunItem(Schema):
     finished: str | None
 
 
+class QueueOut(Schema):
+    position: int  # 1 = the next run a gpu worker takes
+    running: int  # runs holding a gpu worker now (every user's; none named)
+
+
 class RunOut(Schema):
     id: int
     name: str
@@ -72,6 +77,7 @@ class RunOut(Schema):
     started: str | None
     finished: str | None
     resume_count: int
+    queue: QueueOut | None = None  # while queued
 
 
 class MetricOut(Schema):

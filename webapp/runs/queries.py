@@ -30,7 +30,20 @@ def run_summary(run: Run) -> dict:
         "evals": evals(run),
         "created": iso(run.created), "started": iso(run.started), "finished": iso(run.finished),
         "resume_count": run.resume_count,
+        "queue": queue(run),
     }
+
+
+def queue(run: Run) -> dict | None:
+    """Where a queued run stands on the gpu queue: ``{position (1 = next), running}``; None once it left.
+
+    Counts every user's runs (the queue is shared) but names none of them.
+    """
+    if run.status != "queued":
+        return None
+    ahead = Run.objects.filter(status="queued", created__lt=run.created).count()
+    running = Run.objects.filter(status__in=("running", "cancelling")).count()
+    return {"position": ahead + 1, "running": running}
 
 
 def run_list_item(run: Run) -> dict:

@@ -58,8 +58,6 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 if run.enqueued is False:
                     messages.warning(request, f"Run {run.name} is queued, but the task queue (Redis) is "
                                               "unreachable; it starts by itself once Redis is back.")
-                else:
-                    messages.success(request, f"Run {run.name} queued.")
                 return redirect("run-detail", run_id=run.pk)
     else:
         initial = {"name": f"{preset['name']} run"}
@@ -107,7 +105,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
     latest = StepMetric.objects.filter(run=run).order_by("-step").values_list("step", "metrics").first()
     state = json.dumps({
-        "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started)},
+        "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started),
+                                             "queue": queries.queue(run)},
         "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
         "last_seq": -1 if last_seq is None else last_seq,
         "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN,
