@@ -447,6 +447,19 @@
   var steps0 = sortedSteps();
   drawMismatch(state.mismatch_warning, steps0.length ? steps0[steps0.length - 1] : -1);
   setTimeout(followQueue, 10000);
+
+  document.getElementById("copy-config").addEventListener("click", function () {
+    var text = document.getElementById("config-yaml").textContent;
+    var done = function () { document.getElementById("copy-config-done").hidden = false; };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done);
+    } else {  // plain http on a LAN: select the text so that Ctrl+C copies it
+      var range = document.createRange();
+      range.selectNodeContents(document.getElementById("config-yaml"));
+      window.getSelection().removeAllRanges();
+      window.getSelection().addRange(range);
+    }
+  });
   drawCharts(); drawProgress(); drawProblems(); drawHealth(); drawCheckpoints(state.checkpoints);
   if (run.error) setStatus(run.status, run.error);
   connect();

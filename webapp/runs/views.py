@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -10,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from training.config import ConfigError
+from training.config import ConfigError, json_schema
 
 from webapp.core.params import int_param
 
@@ -118,9 +119,48 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     state = mark_safe(state.translate(_JSON_SCRIPT_ESCAPES))
     return render(request, "runs/detail.html", {
         "run": run, "state": state, "headline": queries.headline(run_evals), "pygments_css": pygments_css(),
-        "config_summary": _config_summary(run.config), "config_flat": sorted(flatten(run.config).items()),
+        "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)),
     })
+
+
+@require_GET
+def run_config_yaml(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run's config as a file that ``python -m training run --config`` takes."""
+    run = _run(request, run_id)
+    response = HttpResponse(config_yaml(run), content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.yaml"'
+    return response
+
+
+def config_yaml(run: Run) -> str:
+    """The run's config as YAML, sections as sections, in the dataclasses' order.
+
+    ``problems`` is the run's own copy of its set, stored in the run directory: named relative to it
+    (where the CLI's ``--out`` puts it) rather than by the server's absolute path.
+    """
+    import yaml
+
+    if not run.config:
+        return ""
+    config = dict(run.config)
+    header = ""
+    if "problems" in config:
+        config["problems"] = Path(config["problems"]).name
+        set_name = run.problem_set.name if run.problem_set else "(deleted)"
+        header = f"# problems: this run's copy of problem set {set_name!r}, in the run directory\n"
+    ordered = _in_schema_order(config, json_schema())
+    return header + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+
+
+def _in_schema_order(value, schema: dict):
+    """The stored config (jsonb keeps its own key order) back in the order of the config dataclasses."""
+    if not isinstance(value, dict):
+        return value
+    section = next((b for b in schema.get("anyOf", []) if b.get("type") == "object"), schema)
+    props = section.get("properties", {})
+    keys = [k for k in props if k in value] + [k for k in value if k not in props]
+    return {k: _in_schema_order(value[k], props.get(k, {})) for k in keys}
 
 
 @require_GET

@@ -1,0 +1,33 @@
+"""The run page of a finished run in a browser: its config, per-problem table and charts."""
+import pytest
+
+from tests.webapp.runs.conftest import TINY_OVERRIDES, full_run_events, make_problem_set, write_events
+
+from .conftest import login
+
+
+@pytest.fixture
+def finished(user, settings, tmp_path):
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "finished run", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    write_events(run.path / "events.jsonl", full_run_events(run.path, steps=3))
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    return run
+
+
+def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, finished, output_dir):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.click("#config-details summary")
+    assert "ppo:\n  learning_rate:" in page.locator("#config-yaml").inner_text()
+    page.click("#copy-config")
+    page.wait_for_selector("#copy-config-done:not([hidden])")
+    assert page.evaluate("navigator.clipboard.readText()").startswith("# problems:")
+    page.locator("#config-details").screenshot(path=str(output_dir / "run-config-yaml.png"))
