@@ -260,7 +260,7 @@
     var frag = document.createDocumentFragment();
     if (!rows.length) {
       var empty = document.createElement("tr"), cell = document.createElement("td");
-      cell.colSpan = 5; cell.className = "muted";
+      cell.colSpan = 6; cell.className = "muted";
       cell.textContent = problems.size ? "No problem id contains “" + filterInput.value + "”."
         : finished ? "No problem was sampled." : "Problems appear here as the first step samples them.";
       empty.appendChild(cell); frag.appendChild(empty);
@@ -273,8 +273,17 @@
       [p.problem_id, p.split, Math.round(p.pass_rate * 100) + "%"].forEach(function (text) {
         var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       });
+      var change = document.createElement("td");
+      change.className = "nowrap";
+      if (p.history.length) {
+        var first = p.history[0], last = p.history[p.history.length - 1];
+        change.textContent = Math.round(first[1] * 100) + "% → " + Math.round(last[1] * 100) + "%";
+        change.title = (p.split === "heldout" ? "held-out pass@1 at the evaluation of step " : "pass rate at step ") +
+          first[0] + " → step " + last[0];
+      }
+      tr.appendChild(change);
       var spark = document.createElement("td"); spark.appendChild(sparkline(p.history)); tr.appendChild(spark);
-      var zv = document.createElement("td"); zv.textContent = p.zero_variance_groups; tr.appendChild(zv);
+      var zv = document.createElement("td"); zv.textContent = p.split === "heldout" ? "—" : p.zero_variance_groups; tr.appendChild(zv);
       frag.appendChild(tr);
     });
     body.replaceChildren(frag);
@@ -288,7 +297,7 @@
 
   document.getElementById("problems").addEventListener("click", function (e) {
     var tr = e.target.closest("tr[data-problem]");
-    if (tr) loadCandidates(tr.dataset.problem, "failed");
+    if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed");
   });
 
   function loadCandidates(problemId, status) {
@@ -411,6 +420,16 @@
         break;
       }
       case "eval":
+        // As services._apply_eval_problems: each evaluated problem's pass@1 joins its history.
+        Object.keys(ev.per_problem || {}).forEach(function (id) {
+          var q = problems.get(id) || {problem_id: id, history: [], zero_variance_groups: 0};
+          q.split = ev.split;
+          q.history = q.history.filter(function (h) { return h[0] !== ev.step; })
+            .concat([[ev.step, ev.per_problem[id]["pass@1"]]]).sort(function (a, b) { return a[0] - b[0]; });
+          q.pass_rate = q.history[q.history.length - 1][1];
+          problems.set(id, q);
+        });
+        if (ev.per_problem) scheduleProblems();
         evals = evals.filter(function (e) { return !(e.step === ev.step && e.split === ev.split); });
         evals.push({step: ev.step, split: ev.split, "pass@1": ev["pass@1"], "pass@k": ev["pass@k"]});
         drawHeadline(); scheduleDraw();

@@ -14,7 +14,11 @@ def finished(user, settings, tmp_path):
     settings.RUNS_DIR = tmp_path / "runs"
     run = create_run(user, "finished run", make_problem_set(user), TINY_OVERRIDES)
     run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", full_run_events(run.path, steps=3))
+    events = full_run_events(run.path, steps=3)
+    for e in events:  # the held-out problem's own pass@1 at each evaluation, as the trainer reports it
+        if e["event"] == "eval":
+            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if e["step"] == 0 else 3, "pass@1": 0.25 if e["step"] == 0 else 0.75}}
+    write_events(run.path / "events.jsonl", events)
     follower = EventFollower(run.path / "events.jsonl")
     ingest_new_events(run, follower)
     follower.close()
@@ -31,3 +35,15 @@ def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, fin
     page.wait_for_selector("#copy-config-done:not([hidden])")
     assert page.evaluate("navigator.clipboard.readText()").startswith("# problems:")
     page.locator("#config-details").screenshot(path=str(output_dir / "run-config-yaml.png"))
+
+
+def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_server_url, finished, output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    row = page.locator("#problems tr[data-problem='add-3']")
+    assert row.locator("td").nth(1).inner_text() == "heldout"
+    assert row.locator("td").nth(3).inner_text() == "25% → 75%"
+    row.click()
+    page.wait_for_selector("#heldout-evaluations")
+    assert "step 0: 25% → step 3: 75%" in page.locator("#heldout-evaluations").inner_text()
+    page.locator("div.grid.two", has=page.locator("#problems-table")).screenshot(path=str(output_dir / "run-problems-heldout.png"))

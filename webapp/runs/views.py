@@ -18,7 +18,7 @@ from webapp.core.params import int_param
 from . import queries, runtime, services
 from .forms import RunForm, flatten
 from .highlight import highlight_python, pygments_css
-from .models import Run, RunEvent, StepMetric, TransitionError
+from .models import ProblemStat, Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
 from .services import merge_config, default_config
 
@@ -207,8 +207,11 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = sorted(c["rewards"].items())
+    heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
+    evaluations = [(step, round(100 * rate)) for step, rate in heldout.history] if heldout else []
     return render(request, "runs/_candidates.html", {"run": run, "problem_id": problem_id, "candidates": shown,
-                                                     "total": len(candidates), "status": status or "all"})
+                                                     "total": len(candidates), "status": status or "all",
+                                                     "heldout": heldout is not None, "evaluations": evaluations})
 
 
 @require_POST
