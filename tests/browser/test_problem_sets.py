@@ -1,6 +1,8 @@
 """A user uploads a problem set in the browser and watches its validation finish (real worker)."""
 import json
 
+import pytest
+
 from .conftest import login
 
 PROBLEMS = [
@@ -83,3 +85,18 @@ def test_a_large_upload_is_imported_in_the_background_and_the_set_page_follows_i
     from webapp.problems.models import ProblemSet
 
     assert ProblemSet.objects.get(name="Background set").import_total_bytes == len(content)  # it was stored
+
+
+@pytest.mark.parametrize("filename, data, words", [("empty.jsonl", b"", "empty.jsonl is empty"),
+                                                    ("blank.jsonl", b"\n\n", "file has no problems"),
+                                                    ("notes.txt", b"hi\n", ".txt is not a problem file")])
+def test_every_refused_file_is_explained_in_the_same_place(page, live_server_url, user, output_dir, filename, data,
+                                                           words):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/problem-sets/")
+    page.set_input_files("input[name=file]", files=[{"name": filename, "mimeType": "text/plain", "buffer": data}])
+    page.click("#upload-form button[type=submit]")
+    page.wait_for_selector("#upload-refused")
+    assert words in page.locator("#upload-refused").inner_text()
+    assert page.locator("#upload-form .notice").count() == 0  # nothing inside the form itself
+    page.locator("#upload-refused").locator("xpath=..").screenshot(path=str(output_dir / f"upload-refused-{filename}.png"))
