@@ -6,7 +6,7 @@
   var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
                 legend: {orientation: "h", x: 0, y: -0.3, yanchor: "top"},
                 xaxis: {title: {text: "step", standoff: 4}, rangemode: "tozero"}, yaxis: {automargin: true}};
-  var PERCENT = /pass|clip_frac/;
+  var PERCENT = /pass|clip fraction|truncated/;
 
   function traces(key) {
     return series.map(function (run) {
@@ -29,14 +29,20 @@
   var keys = new Set();
   series.forEach(function (run) { run.metrics.forEach(function (m) { Object.keys(m.metrics).forEach(function (k) { keys.add(k); }); }); });
   var pick = document.getElementById("metric-pick");
-  Array.from(keys).sort().forEach(function (k) {
-    var o = document.createElement("option"); o.value = k; o.textContent = k; pick.appendChild(o);
+  // Listed by what they mean (as the run page names them); the key is the option's tooltip.
+  Array.from(keys).sort(function (a, b) {
+    return CrucibleMetrics.label(a).localeCompare(CrucibleMetrics.label(b));
+  }).forEach(function (k) {
+    var o = document.createElement("option");
+    o.value = k; o.textContent = CrucibleMetrics.label(k); o.title = k;
+    pick.appendChild(o);
   });
   if (keys.has("reward/pass_rate")) pick.value = "reward/pass_rate";
-  pick.addEventListener("change", function () { plot("compare-main", pick.value, traces(pick.value)); });
-  if (pick.value) plot("compare-main", pick.value, traces(pick.value));
-  plot("compare-reward", "reward/mean (total reward)", traces("reward/mean"));
-  plot("compare-kl", "kl (to the reference model)", traces("kl"));
+  function plotPicked() { plot("compare-main", CrucibleMetrics.label(pick.value), traces(pick.value)); }
+  pick.addEventListener("change", plotPicked);
+  if (pick.value) plotPicked();
+  plot("compare-reward", CrucibleMetrics.label("reward/mean"), traces("reward/mean"));
+  plot("compare-kl", CrucibleMetrics.label("kl"), traces("kl"));
   plot("compare-eval", "held-out pass@1", series.map(function (run) {
     var pts = run.evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
     return {x: pts.map(function (e) { return e.step; }), y: pts.map(function (e) { return e["pass@1"]; }),

@@ -1,9 +1,25 @@
 // Runs list: pick runs to compare, and follow active runs' status without a reload.
-document.getElementById("compare-form").addEventListener("submit", function (e) {
-  var ids = Array.from(document.querySelectorAll(".compare-pick:checked")).map(function (c) { return c.value; });
-  if (ids.length < 2) { e.preventDefault(); alert("Pick at least two runs to compare."); return; }
-  document.getElementById("compare-ids").value = ids.join(",");
-});
+// The button says how many runs are picked and stays off below two, so it never goes nowhere.
+(function () {
+  var form = document.getElementById("compare-form"), button = document.getElementById("compare-button");
+  function picked() {
+    return Array.from(document.querySelectorAll(".compare-pick:checked")).map(function (c) { return c.value; });
+  }
+  function sync() {
+    if (!button) return;
+    var n = picked().length;
+    button.disabled = n < 2;
+    button.textContent = n < 2 ? "Compare: tick " + (2 - n) + " more run" + (n === 1 ? "" : "s")
+      : "Compare " + n + " runs";
+  }
+  form.addEventListener("change", sync);
+  form.addEventListener("submit", function (e) {
+    var ids = picked();
+    if (ids.length < 2) { e.preventDefault(); sync(); return; }
+    document.getElementById("compare-ids").value = ids.join(",");
+  });
+  sync();
+})();
 // Follow active runs' status and progress without a reload (polls only while one is active).
 (function poll() {
   var active = ["queued", "running", "cancelling"];

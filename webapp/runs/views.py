@@ -170,6 +170,11 @@ def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
 
 
+def _shown(value) -> str:
+    """A config value as the YAML config spells it (null, true, [..]), never Python's None/True."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def _config_summary(config: dict) -> list[tuple[str, str]]:
     if not config:
         return []
@@ -246,13 +251,16 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     missing = [i for i in ids if i not in runs]
     if missing:
         raise Http404(f"no run {missing[0]}")
+    if len(ids) < 2:
+        messages.error(request, "Tick at least two runs in the list to compare them.")
+        return redirect("run-list")
     ordered = [runs[i] for i in ids]
     # config["problems"] is each run's own copy of the problems file, so it always differs: show the set.
     flats = [{k: v for k, v in flatten(r.config).items() if k != "problems"}
              | {"problem set": r.problem_set.name if r.problem_set else "(deleted)"} for r in ordered]
     keys = sorted(set().union(*flats)) if flats else []
     diff = [(k, [f.get(k) for f in flats]) for k in keys]
-    differing = [(k, values) for k, values in diff if len({repr(v) for v in values}) > 1]
+    differing = [(k, [_shown(v) for v in values]) for k, values in diff if len({repr(v) for v in values}) > 1]
     series = [{"id": r.pk, "name": r.name, "metrics": queries.metrics(r), "evals": queries.evals(r)} for r in ordered]
     return render(request, "runs/compare.html", {"runs": ordered, "differing": differing,
                                                  "same": len(diff) - len(differing), "series": series})
