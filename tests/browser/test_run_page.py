@@ -15,6 +15,10 @@ def finished(user, settings, tmp_path):
     run = create_run(user, "finished run", make_problem_set(user), TINY_OVERRIDES)
     run.claim(host="h", pid=1)
     events = full_run_events(run.path, steps=3)
+    for e in events:
+        for c in e.get("candidates", []):  # every reward dimension, as the trainer reports them
+            passed = c["result"]["status"] == "passed"
+            c["rewards"] |= {"efficiency": 0.9 if passed else 0.0, "conciseness": 1.0, "format": 1.0}
     for e in events:  # the held-out problem's own pass@1 at each evaluation, as the trainer reports it
         if e["event"] == "eval":
             e["per_problem"] = {"add-3": {"n": 4, "c": 1 if e["step"] == 0 else 3, "pass@1": 0.25 if e["step"] == 0 else 0.75}}
@@ -47,3 +51,16 @@ def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_ser
     page.wait_for_selector("#heldout-evaluations")
     assert "step 0: 25% → step 3: 75%" in page.locator("#heldout-evaluations").inner_text()
     page.locator("div.grid.two", has=page.locator("#problems-table")).screenshot(path=str(output_dir / "run-problems-heldout.png"))
+
+
+def test_a_failing_candidates_zero_efficiency_is_explained(page, live_server_url, finished, output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.locator("#problems tr[data-problem='HumanEval/0']").click()
+    page.wait_for_selector("#candidates details.candidate")
+    first = page.locator("#candidates details.candidate").first
+    if not first.evaluate("d => d.open"):
+        first.locator("summary").click()
+    note = page.locator("#candidates [data-dimension=efficiency] .reward-note").first
+    assert note.is_visible() and "by design" in note.inner_text()
+    page.locator("#candidates").screenshot(path=str(output_dir / "candidate-efficiency-note.png"))

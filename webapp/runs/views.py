@@ -170,6 +170,14 @@ def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
 
 
+def _reward_note(dimension: str, value, candidate: dict) -> str:
+    """Why a dimension reads as it does where the number alone looks like a bug."""
+    if dimension == "efficiency" and not value and not candidate.get("passed"):
+        # training.rewards.efficiency: otherwise fast wrong answers would be rewarded
+        return "0 by design: only a candidate that passes every test earns efficiency"
+    return ""
+
+
 def _shown(value) -> str:
     """A config value as the YAML config spells it (null, true, [..]), never Python's None/True."""
     return value if isinstance(value, str) else json.dumps(value)
@@ -211,7 +219,7 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     shown = candidates[:50]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
-        c["rewards_list"] = sorted(c["rewards"].items())
+        c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
     heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
     evaluations = [(step, round(100 * rate)) for step, rate in heldout.history] if heldout else []
     return render(request, "runs/_candidates.html", {"run": run, "problem_id": problem_id, "candidates": shown,
