@@ -30,3 +30,69 @@ var CrucibleMetrics = (function () {
 
   return {label: label};
 })();
+
+// Chart habits of W&B and TensorBoard users, shared by the run page and compare: EMA smoothing,
+// integer step ticks, a hover that lists every line, CSV and PNG export, one colour per run.
+var CrucibleCharts = (function () {
+  "use strict";
+  // Plotly's default palette, so a run keeps its colour on every page (by id, not by position).
+  var PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                 "#bcbd22", "#17becf"];
+
+  function runColour(id) { return PALETTE[((Number(id) % PALETTE.length) + PALETTE.length) % PALETTE.length]; }
+
+  // TensorBoard's debiased EMA: weight in [0, 1); 0 leaves the values as they are.
+  function ema(values, weight) {
+    if (!(weight > 0)) return values.slice();
+    var last = 0, out = [];
+    values.forEach(function (v, i) {
+      last = last * weight + (1 - weight) * v;
+      out.push(last / (1 - Math.pow(weight, i + 1)));
+    });
+    return out;
+  }
+
+  // Whole-number ticks on a step axis: a step 1, 2, 5 × 10^k apart, about eight across.
+  function stepAxis(maxStep) {
+    var raw = Math.max(1, maxStep / 8), pow = Math.pow(10, Math.floor(Math.log10(raw)));
+    var nice = [1, 2, 5, 10].map(function (m) { return m * pow; }).find(function (d) { return d >= raw; });
+    return {tickmode: "linear", tick0: 0, dtick: Math.max(1, nice), tickformat: "d"};
+  }
+
+  function csv(traces, xTitle) {
+    var shown = traces.filter(function (t) { return t.meta !== "raw" && t.meta !== "guide"; });
+    var xs = Array.from(new Set([].concat.apply([], shown.map(function (t) { return t.x; })))).sort(function (a, b) { return a - b; });
+    var quote = function (s) { return /[",\n]/.test(s) ? '"' + String(s).replace(/"/g, '""') + '"' : s; };
+    var rows = [[xTitle].concat(shown.map(function (t) { return quote(t.name); })).join(",")];
+    xs.forEach(function (x) {
+      rows.push([x].concat(shown.map(function (t) {
+        var i = t.x.indexOf(x);
+        return i < 0 ? "" : (t.rawY || t.y)[i];
+      })).join(","));
+    });
+    return rows.join("\n") + "\n";
+  }
+
+  function download(name, text) {
+    var a = document.createElement("a");
+    a.href = URL.createObjectURL(new Blob([text], {type: "text/csv"}));
+    a.download = name;
+    document.body.appendChild(a); a.click(); a.remove();
+    setTimeout(function () { URL.revokeObjectURL(a.href); }, 1000);
+  }
+
+  // Plotly config: PNG under a useful name, a CSV button beside it, no logo.
+  function config(filename, xTitle) {
+    return {displaylogo: false, responsive: true,
+            toImageButtonOptions: {format: "png", filename: filename, scale: 2},
+            modeBarButtonsToRemove: ["lasso2d", "select2d"],
+            modeBarButtonsToAdd: [{name: "Download the data as CSV", icon: Plotly.Icons.disk,
+                                   click: function (gd) { download(filename + ".csv", csv(gd.data, xTitle())); }}]};
+  }
+
+  // The title left and the toolbar right, so the toolbar never sits on the title.
+  function title(text) { return {text: text, font: {size: 13}, x: 0.01, xanchor: "left", y: 0.97, yanchor: "top"}; }
+
+  return {runColour: runColour, ema: ema, stepAxis: stepAxis, csv: csv, config: config, title: title,
+          palette: PALETTE};
+})();

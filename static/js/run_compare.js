@@ -12,18 +12,24 @@
     return series.map(function (run) {
       var pts = run.metrics.filter(function (m) { return typeof m.metrics[key] === "number"; });
       return {x: pts.map(function (m) { return m.step; }), y: pts.map(function (m) { return m.metrics[key]; }),
-              name: "#" + run.id + " " + run.name, mode: "lines", type: "scatter"};
+              name: "#" + run.id + " " + run.name, mode: "lines", type: "scatter",
+              line: {color: CrucibleCharts.runColour(run.id)}, hovertemplate: "%{y:.4g}<extra>#" + run.id + "</extra>"};
     });
   }
+  var maxStep = Math.max.apply(null, [1].concat(series.map(function (run) {
+    return run.metrics.length ? run.metrics[run.metrics.length - 1].step : 0;
+  })));
   function plot(id, title, data) {
-    var layout = Object.assign({}, LAYOUT, {title: {text: title, font: {size: 13}}});
+    var layout = Object.assign({}, LAYOUT, {title: CrucibleCharts.title(title), hovermode: "x unified",
+                                            xaxis: Object.assign({}, LAYOUT.xaxis, CrucibleCharts.stepAxis(maxStep))});
     if (PERCENT.test(title)) layout.yaxis = {automargin: true, tickformat: ".0%"};
     if (!data.some(function (t) { return t.x.length; })) {
       layout = {title: layout.title, xaxis: {visible: false}, yaxis: {visible: false},
                 annotations: [{text: "no run reported " + title, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
                                font: {size: 12, color: "#6b7280"}}]};
     }
-    Plotly.react(document.getElementById(id), data, layout, {displaylogo: false, responsive: true});
+    Plotly.react(document.getElementById(id), data, layout,
+                 CrucibleCharts.config("compare-" + id.replace(/^compare-/, ""), function () { return "step"; }));
   }
 
   var keys = new Set();
@@ -46,6 +52,7 @@
   plot("compare-eval", "held-out pass@1", series.map(function (run) {
     var pts = run.evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
     return {x: pts.map(function (e) { return e.step; }), y: pts.map(function (e) { return e["pass@1"]; }),
-            name: "#" + run.id + " " + run.name, mode: "lines+markers", type: "scatter"};
+            name: "#" + run.id + " " + run.name, mode: "lines+markers", type: "scatter",
+            line: {color: CrucibleCharts.runColour(run.id)}, hovertemplate: "%{y:.0%}<extra>#" + run.id + "</extra>"};
   }));
 })();

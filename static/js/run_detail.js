@@ -65,55 +65,145 @@
                            font: {size: 12, color: "#6b7280"}}]};
   }
 
+  // ---- chart controls (kept per browser, as W&B and TensorBoard do) -------------------------------
+  var controls = {smoothing: 0, logY: false, x: "step"};
+  try { Object.assign(controls, JSON.parse(localStorage.getItem("crucible.charts") || "{}")); } catch (e) { /* defaults */ }
+  var smoothingInput = document.getElementById("chart-smoothing"), logInput = document.getElementById("chart-log-y");
+  var xInput = document.getElementById("chart-x");
+  smoothingInput.value = controls.smoothing; logInput.checked = controls.logY; xInput.value = controls.x;
+  function readControls() {
+    controls = {smoothing: Number(smoothingInput.value), logY: logInput.checked, x: xInput.value};
+    document.getElementById("chart-smoothing-value").textContent = controls.smoothing.toFixed(2);
+    try { localStorage.setItem("crucible.charts", JSON.stringify(controls)); } catch (e) { /* private mode */ }
+  }
+  [smoothingInput, logInput, xInput].forEach(function (el) {
+    el.addEventListener("input", function () { readControls(); drawCharts(); });
+  });
+  readControls();
+
+  // Panels that are 0 at every step by construction are folded under "more" with the reason.
+  var facts = state.config_facts || {};
+  var ZERO_REASONS = {
+    "chart-clip": function () {
+      if (facts.epochs_per_batch === 1 && facts.single_minibatch) {
+        return "0 by construction: one PPO epoch over the whole batch updates the policy that sampled it, " +
+          "so every probability ratio is 1 and nothing is clipped (more epochs or smaller minibatches change that).";
+      }
+      return null;
+    },
+    "chart-kl": function (steps) {
+      if (facts.kl_coef === 0) return "kl_coef is 0: the run has no KL term.";
+      if (steps <= 1) return "0 at the first step by construction: the policy starts as the reference model.";
+      return null;
+    },
+  };
+
+  function xOf(step, t0) {
+    if (controls.x === "step") return step;
+    var m = metrics.get(step);
+    if (m && typeof m.time === "number") return (m.time - t0) / 60;
+    return step === 0 ? 0 : null;  // the evaluation before training
+  }
+
   function drawCharts() {
     var steps = sortedSteps();
     var allKeys = new Set();
     steps.forEach(function (s) { Object.keys(metrics.get(s).metrics).forEach(function (k) { allKeys.add(k); }); });
+    var timed = steps.filter(function (s) { return typeof metrics.get(s).time === "number"; });
+    // Wall time counts from the start of the first step (its rollout began before its end time).
+    var t0 = timed.length ? metrics.get(timed[0]).time - ((metrics.get(timed[0]).metrics["time/step_s"]) || 0) : 0;
+    var xTitle = controls.x === "step" ? "step" : "wall time (min)";
+    var maxStep = steps.length ? steps[steps.length - 1] : 1;
+    var folded = [];
     CHARTS.forEach(function (chart) {
       var keys = Array.from(allKeys).filter(chart.keys).sort(function (a, b) {
         return (b === chart.total) - (a === chart.total) || (a < b ? -1 : 1);  // the total first
       });
-      var traces = keys.map(function (key) {
+      var logY = controls.logY || (chart.y && chart.y.type === "log");
+      var traces = [];
+      keys.forEach(function (key, i) {
         var xs = [], ys = [];
         steps.forEach(function (s) {
-          var v = metrics.get(s).metrics[key];
-          if (typeof v === "number" && !(chart.positive && v <= 0)) { xs.push(s); ys.push(v); }  // log axis: no 0
+          var v = metrics.get(s).metrics[key], x = xOf(s, t0);
+          if (typeof v === "number" && x !== null && !((chart.positive || logY) && v <= 0)) { xs.push(x); ys.push(v); }  // log axis: no 0
         });
-        var trace = {x: xs, y: ys, name: chart.label(key), mode: xs.length > 30 ? "lines" : "lines+markers", type: "scatter",
-                     hovertemplate: "step %{x}: %{y:.4g}<extra>" + chart.label(key) + "</extra>"};
-        if (key === chart.total) trace.line = {width: 3, color: "#111827"};
-        return trace;
+        var colour = key === chart.total ? "#111827" : CrucibleCharts.palette[i % CrucibleCharts.palette.length];
+        var smooth = controls.smoothing > 0 && xs.length > 1;
+        var trace = {x: xs, y: CrucibleCharts.ema(ys, controls.smoothing), rawY: ys, name: chart.label(key),
+                     mode: xs.length > 30 || smooth ? "lines" : "lines+markers", type: "scatter",
+                     line: {color: colour, width: key === chart.total ? 3 : 2},
+                     hovertemplate: "%{y:.4g}" + (smooth ? " (smoothed)" : "") + "<extra>" + chart.label(key) + "</extra>"};
+        if (smooth) {  // the raw values stay visible, faint, behind the smoothed line
+          traces.push({x: xs, y: ys, name: chart.label(key) + " (raw)", meta: "raw", mode: "lines", type: "scatter",
+                       showlegend: false, hoverinfo: "skip", opacity: 0.25, line: {color: colour, width: 1}});
+        }
+        traces.push(trace);
       });
       if (chart.evals) {
         var byStep = evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; })
-          .sort(function (a, b) { return a.step - b.step; });
+          .sort(function (a, b) { return a.step - b.step; })
+          .filter(function (e) { return xOf(e.step, t0) !== null && !(logY && e["pass@1"] <= 0); });
         if (byStep.length) {
-          traces.push({x: byStep.map(function (e) { return e.step; }), y: byStep.map(function (e) { return e["pass@1"]; }),
+          traces.push({x: byStep.map(function (e) { return xOf(e.step, t0); }), y: byStep.map(function (e) { return e["pass@1"]; }),
                        name: "held-out pass@1", mode: "lines+markers", type: "scatter", line: {width: 3, color: "#15803d"},
-                       hovertemplate: "step %{x}: %{y:.0%}<extra>held-out pass@1</extra>"});
+                       hovertemplate: "%{y:.0%}<extra>held-out pass@1</extra>"});
         }
       }
       var el = document.getElementById(chart.id);
       el.dataset.points = steps.length;
-      var title = {text: chart.title, font: {size: 13}};
+      var title = CrucibleCharts.title(chart.title);
       var hasPoints = traces.some(function (t) { return t.x.length; });
+      var flatZero = hasPoints && keys.length && traces.every(function (t) {
+        return t.meta === "raw" || (t.rawY || t.y).every(function (v) { return v === 0; });
+      });
+      var reason = flatZero && ZERO_REASONS[chart.id] ? ZERO_REASONS[chart.id](steps.length) : null;
+      placeChart(el, reason);
+      if (reason) folded.push({title: chart.title, reason: reason});
       if (hasPoints && chart.threshold) {
         var xs = [].concat.apply([], traces.map(function (t) { return t.x; }));
-        traces.push({x: [0, Math.max(1, Math.max.apply(null, xs))], y: [chart.threshold, chart.threshold],
+        traces.push({x: [0, Math.max(1, Math.max.apply(null, xs))], y: [chart.threshold, chart.threshold], meta: "guide",
                      name: "warning above " + chart.threshold, mode: "lines", type: "scatter", hoverinfo: "skip",
                      line: {dash: "dash", width: 1.5, color: "#b91c1c"}});
       }
       var empty = finished ? "no data recorded" : "waiting for the first step…";
       if (steps.length && !keys.length) empty = "not reported by this run's trainer";
       if (!hasPoints && chart.positive && keys.length) empty = "0 at every step: the two agree exactly";
+      if (!hasPoints && logY && !chart.positive && keys.length) empty = "no positive values to draw on a log axis";
+      var xaxis = Object.assign({}, LAYOUT.xaxis, {title: {text: xTitle, standoff: 4}},
+                                controls.x === "step" ? CrucibleCharts.stepAxis(maxStep) : {tickformat: ",.1f"});
+      var yaxis = Object.assign({automargin: true, exponentformat: "e"}, chart.y);
+      if (logY) { yaxis.type = "log"; delete yaxis.range; delete yaxis.rangemode; }
       var layout = hasPoints
-        ? Object.assign({}, LAYOUT, {title: title, yaxis: Object.assign({automargin: true, exponentformat: "e"}, chart.y),
-                                     showlegend: traces.length > 1},
+        ? Object.assign({}, LAYOUT, {title: title, xaxis: xaxis, yaxis: yaxis, hovermode: "x unified",
+                                     showlegend: traces.filter(function (t) { return t.meta !== "raw"; }).length > 1},
                         traces.length > 1 ? {} : {margin: Object.assign({}, LAYOUT.margin, {b: 44})})
         : Object.assign(emptyLayout(empty), {title: title});
-      Plotly.react(el, traces, layout, {displaylogo: false, responsive: true});
+      Plotly.react(el, traces, layout, CrucibleCharts.config("run-" + run.id + "-" + chart.id.replace(/^chart-/, ""),
+                                                             function () { return xTitle; }));
     });
+    var more = document.getElementById("charts-more");
+    more.hidden = !folded.length;
+    document.getElementById("charts-more-count").textContent = folded.length + (folded.length === 1 ? " panel" : " panels");
+    var list = document.getElementById("charts-more-reasons");
+    list.replaceChildren.apply(list, folded.map(function (f) {
+      var li = document.createElement("li"), b = document.createElement("strong");
+      b.textContent = f.title + ": "; li.appendChild(b); li.appendChild(document.createTextNode(f.reason));
+      return li;
+    }));
   }
+
+  // A chart moves between the main grid and the folded one; its place in CHARTS order is kept.
+  function placeChart(el, reason) {
+    var target = document.getElementById(reason ? "charts-folded" : "charts-main");
+    el.dataset.folded = reason ? "true" : "false";
+    if (el.parentNode === target) return;
+    var order = CHARTS.map(function (c) { return c.id; });
+    var next = Array.from(target.children).find(function (c) { return order.indexOf(c.id) > order.indexOf(el.id); });
+    target.insertBefore(el, next || null);
+  }
+  document.getElementById("charts-more").addEventListener("toggle", function () {
+    document.querySelectorAll("#charts-folded .chart").forEach(function (el) { Plotly.Plots.resize(el); });
+  });
 
   var drawPending = false;
   function scheduleDraw() {  // at most one redraw per animation frame however fast events arrive

@@ -36,3 +36,19 @@ def test_the_metric_picker_lists_names(page, live_server_url, user, finished, ou
     assert names["reward/pass_rate"] == "reward: tests passed (train)" and names["kl"] == "KL to the reference model"
     assert all(text != key for key, text in options)  # no raw keys
     page.screenshot(path=str(output_dir / "compare.png"), full_page=True)
+
+
+def test_a_run_keeps_its_colour_whatever_the_order_and_steps_are_whole(page, live_server_url, user, finished):
+    from webapp.runs.services import create_run
+
+    other = create_run(user, "other", finished.problem_set, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    colours = []
+    for ids in (f"{finished.pk},{other.pk}", f"{other.pk},{finished.pk}"):
+        page.goto(f"{live_server_url}/runs/compare?ids={ids}")
+        wait_until(page, "document.getElementById('compare-reward').data !== undefined", 10)
+        colours.append(page.evaluate("Object.fromEntries(document.getElementById('compare-reward').data.map(t => [t.name, t.line.color]))"))
+        layout = page.evaluate("(() => { const l = document.getElementById('compare-reward').layout; return [l.hovermode, l.xaxis.dtick, l.xaxis.tickformat]; })()")
+        assert layout == ["x unified", 1, "d"]
+    assert colours[0] == colours[1]
+    assert colours[0][f"#{finished.pk} finished run"] == page.evaluate(f"CrucibleCharts.runColour({finished.pk})")

@@ -64,3 +64,93 @@ def test_a_failing_candidates_zero_efficiency_is_explained(page, live_server_url
     note = page.locator("#candidates [data-dimension=efficiency] .reward-note").first
     assert note.is_visible() and "by design" in note.inner_text()
     page.locator("#candidates").screenshot(path=str(output_dir / "candidate-efficiency-note.png"))
+
+
+def _chart(page, chart_id):
+    return page.evaluate(f"""(() => {{ const gd = document.getElementById('{chart_id}');
+        return {{data: gd.data.map(t => ({{name: t.name, x: Array.from(t.x), y: Array.from(t.y), meta: t.meta || null}})),
+                 layout: {{hovermode: gd.layout.hovermode, xtitle: gd.layout.xaxis.title.text, dtick: gd.layout.xaxis.dtick,
+                          tickformat: gd.layout.xaxis.tickformat, ytype: gd.layout.yaxis.type,
+                          title_x: gd.layout.title.x, title_anchor: gd.layout.title.xanchor}},
+                 folded: gd.dataset.folded, parent: gd.parentNode.id}}; }})()""")
+
+
+def test_the_charts_have_smoothing_log_y_wall_time_and_a_unified_hover(page, live_server_url, finished, output_dir):
+    from tests.browser.test_run_flow import wait_until
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.evaluate("localStorage.removeItem('crucible.charts')")
+    page.reload()
+    wait_until(page, "document.getElementById('chart-reward').data !== undefined", 10)
+    chart = _chart(page, "chart-reward")
+    assert chart["layout"]["hovermode"] == "x unified"
+    assert chart["layout"]["dtick"] == 1 and chart["layout"]["tickformat"] == "d"  # whole steps
+    assert chart["layout"]["title_x"] < 0.1 and chart["layout"]["title_anchor"] == "left"  # clear of the toolbar
+    total = next(t for t in chart["data"] if t["name"] == "total (weighted)")
+    assert total["x"] == [1, 2, 3] and total["y"] == pytest.approx([0.4, 0.5, 0.6])
+
+    page.fill("#chart-smoothing", "0.5")
+    page.dispatch_event("#chart-smoothing", "input")
+    chart = _chart(page, "chart-reward")
+    total = next(t for t in chart["data"] if t["name"] == "total (weighted)")
+    raw = next(t for t in chart["data"] if t["name"] == "total (weighted) (raw)")
+    assert raw["meta"] == "raw" and raw["y"] == pytest.approx([0.4, 0.5, 0.6])
+    assert total["y"][0] == 0.4 and abs(total["y"][1] - (0.25 * 0.4 + 0.5 * 0.5) / 0.75) < 1e-9  # debiased EMA
+
+    page.check("#chart-log-y")
+    assert _chart(page, "chart-kl")["layout"]["ytype"] == "log"
+    page.select_option("#chart-x", "time")
+    chart = _chart(page, "chart-reward")
+    assert chart["layout"]["xtitle"] == "wall time (min)"
+    page.reload()  # the choices are remembered in this browser
+    assert page.input_value("#chart-x") == "time" and page.is_checked("#chart-log-y")
+    page.locator("#charts-main").screenshot(path=str(output_dir / "run-charts-controls.png"))
+
+
+def test_a_chart_exports_its_data_as_csv(page, live_server_url, finished):
+    from tests.browser.test_run_flow import wait_until
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.evaluate("localStorage.removeItem('crucible.charts')")
+    page.reload()
+    wait_until(page, "document.getElementById('chart-kl').data !== undefined", 10)
+    page.hover("#chart-kl")
+    with page.expect_download() as info:
+        page.click("#chart-kl .modebar-btn[data-title='Download the data as CSV']")
+    download = info.value
+    assert download.suggested_filename == f"run-{finished.pk}-kl.csv"
+    assert open(download.path()).read().splitlines() == ["step,KL", "1,0.001", "2,0.002", "3,0.003"]
+    titles = page.evaluate("Array.from(document.querySelectorAll('#chart-kl .modebar-btn')).map(b => b.dataset.title)")
+    assert any("png" in t.lower() for t in titles), titles
+
+
+def test_a_clip_fraction_that_is_zero_by_construction_is_folded_with_its_reason(page, live_server_url, user, settings,
+                                                                               tmp_path, output_dir):
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "one epoch", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    events = [step_event(s) for s in (1, 2)]
+    for e in events:
+        e["metrics"]["clip_frac"] = 0.0
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "document.getElementById('chart-clip').data !== undefined", 10)
+    clip = _chart(page, "chart-clip")
+    assert clip["folded"] == "true" and clip["parent"] == "charts-folded"
+    assert _chart(page, "chart-kl")["parent"] == "charts-main"  # KL moved off 0: not folded
+    more = page.locator("#charts-more")
+    assert more.is_visible() and "1 panel" in more.locator("summary").inner_text()
+    more.locator("summary").click()
+    assert "one PPO epoch over the whole batch" in page.locator("#charts-more-reasons").inner_text()
+    page.locator("#charts-more").screenshot(path=str(output_dir / "run-charts-folded.png"))

@@ -110,7 +110,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
                                              "queue": queries.queue(run)},
         "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
         "last_seq": -1 if last_seq is None else last_seq,
-        "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN,
+        "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN, "config_facts": _config_facts(run.config),
         "mismatch_warning": latest and runtime.mismatch_warning(latest[1], latest[0],
                                                                 tis_cap=runtime.tis_cap_of(run.config)),
     })
@@ -168,6 +168,17 @@ def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
     """HTML fragment: the runtime panel (the page fetches it when a live ``start`` event arrives)."""
     run = _run(request, run_id)
     return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
+
+
+def _config_facts(config: dict) -> dict:
+    """What the run page needs to know which panels are 0 by construction (clip fraction, KL)."""
+    if not config:
+        return {}
+    ppo, sampling = config.get("ppo", {}), config.get("sampling", {})
+    batch = sampling.get("problems_per_step", 0) * sampling.get("candidates_per_problem", 0)
+    minibatch = ppo.get("minibatch_size")
+    return {"epochs_per_batch": ppo.get("epochs_per_batch"), "kl_coef": ppo.get("kl_coef"),
+            "single_minibatch": minibatch is None or minibatch >= batch}
 
 
 def _reward_note(dimension: str, value, candidate: dict) -> str:
