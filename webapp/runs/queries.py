@@ -46,6 +46,44 @@ def queue(run: Run) -> dict | None:
     return {"position": ahead + 1, "running": running}
 
 
+def experiment_rows(runs) -> list[dict]:
+    """The runs list as an experiment table: held-out pass@1 before / after / best, the last step's
+    total reward and the duration, for every run in two queries."""
+    from django.db.models import JSONField, OuterRef, Subquery
+    from django.utils import timezone
+
+    latest = StepMetric.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
+    runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField())))
+    by_run: dict[int, list[tuple[int, float]]] = {}
+    for run_id, step, p1 in (Eval.objects.filter(run__in=[r.pk for r in runs], split="heldout", pass_at_1__isnull=False)
+                             .order_by("step").values_list("run_id", "step", "pass_at_1")):
+        by_run.setdefault(run_id, []).append((step, p1))
+    now = timezone.now()
+    rows = []
+    for run in runs:
+        points = by_run.get(run.pk, [])
+        reward = (run.latest_metrics or {}).get("reward/mean")
+        end = run.finished or (now if run.status in ("running", "cancelling") else None)
+        rows.append({"run": run, "before": points[0][1] if points else None,
+                     "after": points[-1][1] if len(points) > 1 else None,
+                     "best": max(p for _, p in points) if points else None,
+                     "reward": reward if isinstance(reward, (int, float)) else None,
+                     "duration_s": (end - run.started).total_seconds() if run.started and end else None})
+        rows[-1]["duration"] = duration_text(rows[-1]["duration_s"])
+    return rows
+
+
+def duration_text(seconds: float | None) -> str:
+    """As the run page's ETA writes durations: 42 s, 3 min 5 s, 1.5 h."""
+    if seconds is None:
+        return ""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    return f"{round(seconds)} s"
+
+
 def run_list_item(run: Run) -> dict:
     return {"id": run.pk, "name": run.name, "status": run.status, "step": run.step, "steps": run.steps,
             "problem_set": run.problem_set_id, "created": iso(run.created), "finished": iso(run.finished)}

@@ -34,7 +34,21 @@ def _run(request: HttpRequest, run_id: int) -> Run:
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.visible_to(request.user).select_related("problem_set", "owner").order_by("-created")
-    return render(request, "runs/list.html", {"runs": runs})
+    return render(request, "runs/list.html", {"rows": queries.experiment_rows(runs)})
+
+
+@require_POST
+def run_edit(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Rename a run and keep notes or tags on it."""
+    run = _run(request, run_id)
+    name = request.POST.get("name", "").strip()
+    notes = request.POST.get("notes", "").strip()
+    if not name or len(name) > 200 or len(notes) > 5000:
+        messages.error(request, "A run needs a name of at most 200 characters; notes hold at most 5,000.")
+    else:
+        run.name, run.notes = name, notes
+        run.save(update_fields=["name", "notes"])
+    return redirect("run-detail", run_id=run.pk)
 
 
 @require_http_methods(["GET", "POST"])
@@ -42,6 +56,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
     # The preset the user last picked (run_new.js keeps it in the form) frames "changed from the preset".
     preset = get_preset(request.POST.get("preset") or request.GET.get("preset", "cpu-demo")) or presets()[0]
     initial_config = merge_config(default_config(), preset["config"])
+    # ?clone=<id>: the form starts from that run's config and set; the launch bar lists changes from it.
+    clone = int_param(request.GET.get("clone"))
+    clone = Run.objects.visible_to(request.user).filter(pk=clone).first() if clone is not None else None
+    if clone is not None:
+        initial_config = merge_config(default_config(), {k: v for k, v in clone.config.items() if k != "problems"})
+        preset = {"name": f"run-{clone.pk}", "title": f"run #{clone.pk} {clone.name}", "config": initial_config}
     warnings: list[str] = []
     if request.method == "POST":
         form = RunForm(request.POST, user=request.user, initial_config=initial_config)
@@ -61,8 +81,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
                                               "unreachable; it starts by itself once Redis is back.")
                 return redirect("run-detail", run_id=run.pk)
     else:
-        initial = {"name": f"{preset['name']} run"}
-        problem_set = int_param(request.GET.get("problem_set"))
+        initial = {"name": f"{clone.name} (clone)" if clone else f"{preset['name']} run"}
+        problem_set = int_param(request.GET.get("problem_set")) or (clone.problem_set_id if clone else None)
         if problem_set is not None:
             initial["problem_set"] = problem_set
         form = RunForm(user=request.user, initial=initial, initial_config=initial_config)
@@ -72,7 +92,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
             if default is not None:
                 form.initial["problem_set"] = default.pk
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
-                     "values": flatten(merge_config(default_config(), p["config"]))} for p in presets()]
+                     "values": flatten(merge_config(default_config(), p["config"]))}
+                    for p in presets() + ([preset] if clone else [])]
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
                                              "launch_warnings": warnings, "warnings_digest": _digest(warnings)})
 
