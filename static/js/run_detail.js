@@ -463,11 +463,19 @@
     body.replaceChildren();
     if (!list.length) {
       var tr = document.createElement("tr"), td = document.createElement("td");
-      td.colSpan = 4; td.className = "muted"; td.textContent = "none yet"; tr.appendChild(td); body.appendChild(tr);
+      td.colSpan = 5; td.className = "muted"; td.textContent = "none yet"; tr.appendChild(td); body.appendChild(tr);
     }
     list.forEach(function (c) {
       var tr = document.createElement("tr");
-      [c.step, c.kind, humanSize(c.size_bytes)].forEach(function (t) { var td = document.createElement("td"); td.textContent = t; tr.appendChild(td); });
+      var pass = c.heldout_pass_at_1 === null || c.heldout_pass_at_1 === undefined ? "—" : Math.round(c.heldout_pass_at_1 * 100) + "%";
+      [c.step, c.kind, pass, humanSize(c.size_bytes)].forEach(function (t) { var td = document.createElement("td"); td.textContent = t; tr.appendChild(td); });
+      if (c.best) {
+        tr.classList.add("best-checkpoint");
+        var badge = document.createElement("span");
+        badge.className = "status status-succeeded"; badge.textContent = "best";
+        badge.title = "highest held-out pass@1 of this run's evaluations";
+        tr.children[2].append(" ", badge);
+      }
       var td = document.createElement("td"), a = document.createElement("a");
       a.href = c.download_url; a.textContent = "download .tar.gz"; a.className = "download"; a.setAttribute("download", "");
       td.appendChild(a); tr.appendChild(td); body.appendChild(tr);
@@ -510,6 +518,7 @@
         break;
       }
       case "eval":
+        refreshCheckpoints();  // the best checkpoint may change
         // As services._apply_eval_problems: each evaluated problem's pass@1 joins its history.
         Object.keys(ev.per_problem || {}).forEach(function (id) {
           var q = problems.get(id) || {problem_id: id, history: [], zero_variance_groups: 0};

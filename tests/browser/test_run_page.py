@@ -154,3 +154,11 @@ def test_a_clip_fraction_that_is_zero_by_construction_is_folded_with_its_reason(
     more.locator("summary").click()
     assert "one PPO epoch over the whole batch" in page.locator("#charts-more-reasons").inner_text()
     page.locator("#charts-more").screenshot(path=str(output_dir / "run-charts-folded.png"))
+
+
+def test_the_best_checkpoint_is_marked(page, live_server_url, finished, output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    row = page.locator("#checkpoints tr.best-checkpoint")
+    assert row.count() == 1 and "75%" in row.inner_text() and "best" in row.inner_text()
+    row.locator("xpath=ancestor::section[1]").screenshot(path=str(output_dir / "run-checkpoints.png"))

@@ -12,6 +12,7 @@ from ninja.responses import Status
 from training.config import ConfigError
 
 from . import queries, services
+from .archive import archive_extras
 from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
 from .models import Checkpoint, Run, TransitionError
 from .presets import presets
@@ -115,6 +116,8 @@ class CheckpointOut(Schema):
     path: str
     size_bytes: int
     download_url: str
+    heldout_pass_at_1: float | None = Field(None, description="held-out pass@1 of the evaluation at this step")
+    best: bool = Field(False, description="at the step with the highest held-out pass@1 (the latest on a tie)")
 
 
 class PresetOut(Schema):
@@ -210,7 +213,7 @@ def download_checkpoint(request: HttpRequest, run_id: int, checkpoint_id: int):
     checkpoint = get_object_or_404(Checkpoint, run=run, pk=checkpoint_id)
     try:
         directory = resolve_checkpoint_dir(run, checkpoint.path)
-        chunks = stream_tar_gz(directory)
+        chunks = stream_tar_gz(directory, archive_extras(run, checkpoint, directory))
         first = next(chunks)  # path and symlink checks happen before the response starts
     except FileNotFoundError as exc:
         raise HttpError(404, str(exc)) from None

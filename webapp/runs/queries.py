@@ -135,9 +135,13 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
 
 
 def checkpoints(run: Run) -> list[dict]:
+    from .archive import best_checkpoint_ids, heldout_points
+
+    rows = list(Checkpoint.objects.filter(run=run).order_by("step", "kind"))
+    at, best = dict(heldout_points(run)), best_checkpoint_ids(run, rows)
     return [{"id": c.pk, "step": c.step, "kind": c.kind, "path": c.path, "size_bytes": c.size_bytes,
-             "download_url": f"/api/runs/{run.pk}/checkpoints/{c.pk}/download"}
-            for c in Checkpoint.objects.filter(run=run).order_by("step", "kind")]
+             "download_url": f"/api/runs/{run.pk}/checkpoints/{c.pk}/download",
+             "heldout_pass_at_1": at.get(c.step), "best": c.pk in best} for c in rows]
 
 
 def sandbox_health(run: Run) -> dict:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -11,11 +10,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from training.config import ConfigError, json_schema
+from training.config import ConfigError
 
 from webapp.core.params import int_param
 
 from . import queries, runtime, services
+from .archive import config_yaml
 from .forms import RunForm, flatten
 from .highlight import highlight_python, pygments_css
 from .models import ProblemStat, Run, RunEvent, StepMetric, TransitionError
@@ -152,36 +152,6 @@ def run_config_yaml(request: HttpRequest, run_id: int) -> HttpResponse:
     response = HttpResponse(config_yaml(run), content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.yaml"'
     return response
-
-
-def config_yaml(run: Run) -> str:
-    """The run's config as YAML, sections as sections, in the dataclasses' order.
-
-    ``problems`` is the run's own copy of its set, stored in the run directory: named relative to it
-    (where the CLI's ``--out`` puts it) rather than by the server's absolute path.
-    """
-    import yaml
-
-    if not run.config:
-        return ""
-    config = dict(run.config)
-    header = ""
-    if "problems" in config:
-        config["problems"] = Path(config["problems"]).name
-        set_name = run.problem_set.name if run.problem_set else "(deleted)"
-        header = f"# problems: this run's copy of problem set {set_name!r}, in the run directory\n"
-    ordered = _in_schema_order(config, json_schema())
-    return header + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
-
-
-def _in_schema_order(value, schema: dict):
-    """The stored config (jsonb keeps its own key order) back in the order of the config dataclasses."""
-    if not isinstance(value, dict):
-        return value
-    section = next((b for b in schema.get("anyOf", []) if b.get("type") == "object"), schema)
-    props = section.get("properties", {})
-    keys = [k for k in props if k in value] + [k for k in value if k not in props]
-    return {k: _in_schema_order(value[k], props.get(k, {})) for k in keys}
 
 
 @require_GET
