@@ -346,7 +346,11 @@
     var filter = filterInput.value.toLowerCase();
     var rows = Array.from(problems.values())
       .filter(function (p) { return !filter || p.problem_id.toLowerCase().indexOf(filter) >= 0; })
-      .sort(function (a, b) { return a.pass_rate - b.pass_rate || (a.problem_id < b.problem_id ? -1 : 1); });
+      // Train problems (the ones with candidates to inspect) first, then held-out; each worst first.
+      .sort(function (a, b) {
+        return (a.split === "heldout") - (b.split === "heldout") || a.pass_rate - b.pass_rate ||
+          (a.problem_id < b.problem_id ? -1 : 1);
+      });
     var frag = document.createDocumentFragment();
     if (!rows.length) {
       var empty = document.createElement("tr"), cell = document.createElement("td");

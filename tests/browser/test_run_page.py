@@ -44,6 +44,8 @@ def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, fin
 def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_server_url, finished, output_dir):
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    order = page.evaluate("Array.from(document.querySelectorAll('#problems tr[data-problem]')).map(r => r.dataset.problem)")
+    assert order[-1] == "add-3"  # held-out rows after the train rows, whose candidates can be inspected
     row = page.locator("#problems tr[data-problem='add-3']")
     assert row.locator("td").nth(1).inner_text() == "heldout"
     assert row.locator("td").nth(3).inner_text() == "25% → 75%"

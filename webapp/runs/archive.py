@@ -158,10 +158,12 @@ def archive_extras(run: Run, checkpoint: Checkpoint, directory: Path) -> dict[st
 
 
 def best_checkpoint_ids(run: Run, checkpoints: list[Checkpoint]) -> set[int]:
-    """The checkpoints at the step with the highest held-out pass@1 (the latest such step on a tie)."""
-    at = dict(heldout_points(run))
+    """The checkpoints at the step with the highest held-out pass@1 (the latest such step on a tie);
+    none when no checkpoint beats the evaluation before training (a "best" of 0% → 0% says nothing)."""
+    points = heldout_points(run)
+    at = dict(points)
     scored = [(at[c.step], c.step) for c in checkpoints if c.step in at]
-    if not scored:
+    if not scored or max(scored)[0] <= points[0][1]:
         return set()
     best_step = max(scored)[1]
     return {c.pk for c in checkpoints if c.step == best_step}

@@ -69,3 +69,10 @@ def test_the_checkpoint_with_the_best_held_out_pass_is_marked(client_alice, user
     rows = {c["step"]: c for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()}
     assert rows[1]["best"] is True and rows[2]["best"] is False
     assert rows[1]["heldout_pass_at_1"] == 0.9 and rows[2]["heldout_pass_at_1"] == 0.75
+
+
+def test_no_checkpoint_is_best_when_none_beats_the_base_model(client_alice, run):
+    _ingest(run, [eval_event(0, 0.5)])
+    _finished(run)  # its checkpoint at step 2 scores 0.75, but...
+    _ingest(run, [eval_event(0, 0.8)])  # ...the base model scored 0.8 before training
+    assert not any(c["best"] for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json())
