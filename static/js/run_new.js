@@ -49,6 +49,18 @@
     el.dataset.changed = changed.length;
   }
 
+  // What the chosen set lacks, as the server will say it (webapp/runs/forms.py set_warnings).
+  var sets = JSON.parse(document.getElementById("sets-data").textContent);
+  function showSetIssues() {
+    var facts = sets[form.elements["problem_set"].value];
+    var el = document.getElementById("set-issues");
+    var issues = facts ? facts.issues.slice() : [];
+    var perStep = Number(form.elements["sampling.problems_per_step"].value);
+    if (facts && perStep > facts.train) issues.push("only " + facts.train + " train problems for problems_per_step " + perStep);
+    el.textContent = issues.length ? "⚠ " + issues.join("; ") : "";
+    el.hidden = !issues.length;
+  }
+
   function syncSections() {
     Array.prototype.forEach.call(form.querySelectorAll("input[type=checkbox]"), function (box) {
       var prefix = box.name + ".";
@@ -105,6 +117,7 @@
       syncSections();
       form.querySelectorAll("input[type=number]").forEach(markBounds);
       showChanges();
+      showSetIssues();
     });
   });
   form.addEventListener("change", function (e) {
@@ -112,7 +125,8 @@
     if (e.target.type === "number") markBounds(e.target);
     showChanges();
   });
-  form.addEventListener("input", showChanges);
+  form.addEventListener("input", function () { showChanges(); showSetIssues(); });
+  form.addEventListener("change", showSetIssues);
   form.addEventListener("submit", function (e) {
     var bad = Array.prototype.filter.call(form.querySelectorAll("input[type=number]"), markBounds);
     if (bad.length) {
@@ -125,4 +139,5 @@
   });
   syncSections();
   showChanges();
+  showSetIssues();
 })();

@@ -44,3 +44,18 @@ def test_a_set_without_held_out_problems_is_questioned_before_launch(page, live_
     page.click("#launch")  # "Launch anyway"
     page.wait_for_url("**/runs/*/")
     assert "has no held-out problems" in page.locator("#headline").inner_text()
+
+
+def test_the_launch_bar_names_what_the_chosen_set_lacks_before_launch(page, live_server_url, user, output_dir):
+    good = make_problem_set(user, "with held-out", problem_lines(8, 2))
+    scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={good.pk}")
+    assert page.locator("#set-issues").is_hidden()
+    page.select_option("select[name=problem_set]", str(scratch.pk))
+    issues = page.locator("#set-issues")
+    assert issues.is_visible() and "no held-out problems" in issues.inner_text()
+    assert "only 4 train problems for problems_per_step 8" in issues.inner_text()
+    page.fill("input[name='sampling.problems_per_step']", "4")
+    assert "problems_per_step" not in issues.inner_text()
+    page.screenshot(path=str(output_dir / "new-run-set-issues.png"))

@@ -94,8 +94,14 @@ def run_new(request: HttpRequest) -> HttpResponse:
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
                      "values": flatten(merge_config(default_config(), p["config"]))}
                     for p in presets() + ([preset] if clone else [])]
+    from .forms import set_warnings
+
+    # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
+    set_facts = {ps.pk: {"train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
+                 for ps in form.fields["problem_set"].queryset}
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
-                                             "launch_warnings": warnings, "warnings_digest": _digest(warnings)})
+                                             "launch_warnings": warnings, "warnings_digest": _digest(warnings),
+                                             "set_facts": set_facts})
 
 
 def _digest(warnings: list[str]) -> str:
