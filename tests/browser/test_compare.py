@@ -1,4 +1,6 @@
 """Compare in a browser: the list's button needs two runs; the metric picker shows names, not keys."""
+import pytest
+
 from tests.webapp.runs.conftest import TINY_OVERRIDES, make_problem_set
 
 from .conftest import login
@@ -52,3 +54,21 @@ def test_a_run_keeps_its_colour_whatever_the_order_and_steps_are_whole(page, liv
         assert layout == ["x unified", 1, "d"]
     assert colours[0] == colours[1]
     assert colours[0][f"#{finished.pk} finished run"] == page.evaluate(f"CrucibleCharts.runColour({finished.pk})")
+
+
+def test_compare_smooths_and_logs_like_the_run_page(page, live_server_url, user, finished):
+    from webapp.runs.services import create_run
+
+    other = create_run(user, "other", finished.problem_set, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/compare?ids={finished.pk},{other.pk}")
+    wait_until(page, "document.getElementById('compare-reward').data !== undefined", 10)
+    page.fill("#chart-smoothing", "0.5")
+    page.dispatch_event("#chart-smoothing", "input")
+    page.check("#chart-log-y")
+    data = page.evaluate("document.getElementById('compare-reward').data.map(t => [t.name, t.meta || null, Array.from(t.y)])")
+    raw = [d for d in data if d[1] == "raw"]
+    assert len(raw) == 1 and raw[0][2] == pytest.approx([0.4, 0.5, 0.6])  # the finished run's raw rewards
+    assert page.evaluate("document.getElementById('compare-reward').layout.yaxis.type") == "log"
+    page.reload()
+    assert page.is_checked("#chart-log-y") and page.input_value("#chart-smoothing") == "0.5"
