@@ -33,7 +33,8 @@ def test_the_metric_picker_lists_names(page, live_server_url, user, finished, ou
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/compare?ids={finished.pk},{other.pk}")
     wait_until(page, "document.querySelectorAll('#metric-pick option').length > 0", 10)
-    options = page.evaluate("Array.from(document.querySelectorAll('#metric-pick option')).map(o => [o.value, o.textContent])")
+    options = page.evaluate("Array.from(document.querySelectorAll('#metric-pick option'))"
+                            ".map(o => [o.value, o.textContent])")
     names = dict(options)
     assert names["reward/pass_rate"] == "reward: tests passed (train)" and names["kl"] == "KL to the reference model"
     assert all(text != key for key, text in options)  # no raw keys
@@ -49,8 +50,10 @@ def test_a_run_keeps_its_colour_whatever_the_order_and_steps_are_whole(page, liv
     for ids in (f"{finished.pk},{other.pk}", f"{other.pk},{finished.pk}"):
         page.goto(f"{live_server_url}/runs/compare?ids={ids}")
         wait_until(page, "document.getElementById('compare-reward').data !== undefined", 10)
-        colours.append(page.evaluate("Object.fromEntries(document.getElementById('compare-reward').data.map(t => [t.name, t.line.color]))"))
-        layout = page.evaluate("(() => { const l = document.getElementById('compare-reward').layout; return [l.hovermode, l.xaxis.dtick, l.xaxis.tickformat]; })()")
+        colours.append(page.evaluate("Object.fromEntries(document.getElementById('compare-reward').data"
+                                     ".map(t => [t.name, t.line.color]))"))
+        layout = page.evaluate("(() => { const l = document.getElementById('compare-reward').layout;"
+                               " return [l.hovermode, l.xaxis.dtick, l.xaxis.tickformat]; })()")
         assert layout == ["x unified", 1, "d"]
     assert colours[0] == colours[1]
     assert colours[0][f"#{finished.pk} finished run"] == page.evaluate(f"CrucibleCharts.runColour({finished.pk})")
@@ -66,7 +69,8 @@ def test_compare_smooths_and_logs_like_the_run_page(page, live_server_url, user,
     page.fill("#chart-smoothing", "0.5")
     page.dispatch_event("#chart-smoothing", "input")
     page.check("#chart-log-y")
-    data = page.evaluate("document.getElementById('compare-reward').data.map(t => [t.name, t.meta || null, Array.from(t.y)])")
+    data = page.evaluate("document.getElementById('compare-reward').data"
+                         ".map(t => [t.name, t.meta || null, Array.from(t.y)])")
     raw = [d for d in data if d[1] == "raw"]
     assert len(raw) == 1 and raw[0][2] == pytest.approx([0.4, 0.5, 0.6])  # the finished run's raw rewards
     assert page.evaluate("document.getElementById('compare-reward').layout.yaxis.type") == "log"

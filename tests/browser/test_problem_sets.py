@@ -99,4 +99,5 @@ def test_every_refused_file_is_explained_in_the_same_place(page, live_server_url
     page.wait_for_selector("#upload-refused")
     assert words in page.locator("#upload-refused").inner_text()
     assert page.locator("#upload-form .notice").count() == 0  # nothing inside the form itself
-    page.locator("#upload-refused").locator("xpath=..").screenshot(path=str(output_dir / f"upload-refused-{filename}.png"))
+    refusal = page.locator("#upload-refused").locator("xpath=..")
+    refusal.screenshot(path=str(output_dir / f"upload-refused-{filename}.png"))

@@ -28,7 +28,8 @@ def test_out_of_range_numbers_are_refused_before_the_form_is_sent(page, live_ser
     page.fill("input[name='ppo.clip_range']", "0")
     page.click("#launch")
     assert page.evaluate("window.__sameDocument === true")  # nothing was sent
-    assert "must be >= 2 and <= 256; got 1" in page.locator("[data-field='sampling.candidates_per_problem'] .errorlist").inner_text()
+    errors = page.locator("[data-field='sampling.candidates_per_problem'] .errorlist")
+    assert "must be >= 2 and <= 256; got 1" in errors.inner_text()
     assert "must be > 0.0 and < 1.0; got 0" in page.locator("[data-field='ppo.clip_range'] .errorlist").inner_text()
 
 

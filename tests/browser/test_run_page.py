@@ -21,7 +21,8 @@ def finished(user, settings, tmp_path):
             c["rewards"] |= {"efficiency": 0.9 if passed else 0.0, "conciseness": 1.0, "format": 1.0}
     for e in events:  # the held-out problem's own pass@1 at each evaluation, as the trainer reports it
         if e["event"] == "eval":
-            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if e["step"] == 0 else 3, "pass@1": 0.25 if e["step"] == 0 else 0.75}}
+            before = e["step"] == 0
+            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if before else 3, "pass@1": 0.25 if before else 0.75}}
     write_events(run.path / "events.jsonl", events)
     follower = EventFollower(run.path / "events.jsonl")
     ingest_new_events(run, follower)
@@ -44,7 +45,8 @@ def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, fin
 def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_server_url, finished, output_dir):
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{finished.pk}/")
-    order = page.evaluate("Array.from(document.querySelectorAll('#problems tr[data-problem]')).map(r => r.dataset.problem)")
+    order = page.evaluate("Array.from(document.querySelectorAll('#problems tr[data-problem]'))"
+                          ".map(r => r.dataset.problem)")
     assert order[-1] == "add-3"  # held-out rows after the train rows, whose candidates can be inspected
     row = page.locator("#problems tr[data-problem='add-3']")
     assert row.locator("td").nth(1).inner_text() == "heldout"
@@ -52,7 +54,8 @@ def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_ser
     row.click()
     page.wait_for_selector("#heldout-evaluations")
     assert "step 0: 25% → step 3: 75%" in page.locator("#heldout-evaluations").inner_text()
-    page.locator("div.grid.two", has=page.locator("#problems-table")).screenshot(path=str(output_dir / "run-problems-heldout.png"))
+    panes = page.locator("div.grid.two", has=page.locator("#problems-table"))
+    panes.screenshot(path=str(output_dir / "run-problems-heldout.png"))
 
 
 def test_a_failing_candidates_zero_efficiency_is_explained(page, live_server_url, finished, output_dir):
@@ -70,8 +73,10 @@ def test_a_failing_candidates_zero_efficiency_is_explained(page, live_server_url
 
 def _chart(page, chart_id):
     return page.evaluate(f"""(() => {{ const gd = document.getElementById('{chart_id}');
-        return {{data: gd.data.map(t => ({{name: t.name, x: Array.from(t.x), y: Array.from(t.y), meta: t.meta || null}})),
-                 layout: {{hovermode: gd.layout.hovermode, xtitle: gd.layout.xaxis.title.text, dtick: gd.layout.xaxis.dtick,
+        return {{data: gd.data.map(t => ({{name: t.name, x: Array.from(t.x), y: Array.from(t.y),
+                                           meta: t.meta || null}})),
+                 layout: {{hovermode: gd.layout.hovermode, xtitle: gd.layout.xaxis.title.text,
+                          dtick: gd.layout.xaxis.dtick,
                           tickformat: gd.layout.xaxis.tickformat, ytype: gd.layout.yaxis.type,
                           title_x: gd.layout.title.x, title_anchor: gd.layout.title.xanchor}},
                  folded: gd.dataset.folded, parent: gd.parentNode.id}}; }})()""")

@@ -28,7 +28,8 @@ def test_runs_sort_by_best_pass_and_filter_by_notes(page, live_server_url, user,
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/")
     names = lambda: page.evaluate(  # noqa: E731
-        "Array.from(document.querySelectorAll('#runs-table tbody tr[data-run]:not([hidden]) td:nth-child(3) a')).map(a => a.textContent)")
+        "Array.from(document.querySelectorAll('#runs-table tbody tr[data-run]:not([hidden]) td:nth-child(3) a'))"
+        ".map(a => a.textContent)")
     page.click("th[data-sort=best]")
     assert names() == ["high", "mid", "low"]
     page.click("th[data-sort=best]")

@@ -21,7 +21,8 @@ def _finished(run, base_model="/srv/crucible/models/tiny"):
     events = full_run_events(run.path, steps=2)
     (run.path / "checkpoints" / "step-2" / "adapter_config.json").write_text(
         json.dumps({"r": 8, "base_model_name_or_path": base_model}))
-    (run.path / "checkpoints" / "step-2" / "README.md").write_text("---\nbase_model: /srv\n---\n# Model Card for Model ID\n")
+    peft_template = "---\nbase_model: /srv\n---\n# Model Card for Model ID\n"
+    (run.path / "checkpoints" / "step-2" / "README.md").write_text(peft_template)
     _ingest(run, events)
 
 
