@@ -98,8 +98,23 @@
     },
   };
 
+  // Generated tokens up to each step: tokens_per_s counts completion tokens per second of rollout
+  // time (DESIGN.md), so tokens_per_s × time/rollout_s is exactly the step's tokens.
+  function cumulativeTokens(steps) {
+    var total = 0, out = new Map();
+    steps.forEach(function (s) {
+      var m = metrics.get(s).metrics;
+      if (typeof m.tokens_per_s !== "number" || typeof m["time/rollout_s"] !== "number") return;
+      total += m.tokens_per_s * m["time/rollout_s"];
+      out.set(s, total);
+    });
+    return out;
+  }
+  var tokensAt = new Map();
+
   function xOf(step, t0) {
     if (controls.x === "step") return step;
+    if (controls.x === "tokens") return step === 0 ? 0 : (tokensAt.has(step) ? tokensAt.get(step) : null);
     var m = metrics.get(step);
     if (m && typeof m.time === "number") return (m.time - t0) / 60;
     return step === 0 ? 0 : null;  // the evaluation before training
@@ -112,7 +127,8 @@
     var timed = steps.filter(function (s) { return typeof metrics.get(s).time === "number"; });
     // Wall time counts from the start of the first step (its rollout began before its end time).
     var t0 = timed.length ? metrics.get(timed[0]).time - ((metrics.get(timed[0]).metrics["time/step_s"]) || 0) : 0;
-    var xTitle = controls.x === "step" ? "step" : "wall time (min)";
+    if (controls.x === "tokens") tokensAt = cumulativeTokens(steps);
+    var xTitle = {step: "step", time: "wall time (min)", tokens: "generated tokens"}[controls.x] || "step";
     var maxStep = steps.length ? steps[steps.length - 1] : 1;
     var folded = [];
     CHARTS.forEach(function (chart) {
@@ -170,7 +186,8 @@
       if (!hasPoints && chart.positive && keys.length) empty = "0 at every step: the two agree exactly";
       if (!hasPoints && logY && !chart.positive && keys.length) empty = "no positive values to draw on a log axis";
       var xaxis = Object.assign({}, LAYOUT.xaxis, {title: {text: xTitle, standoff: 4}},
-                                controls.x === "step" ? CrucibleCharts.stepAxis(maxStep) : {tickformat: ",.1f"});
+                                controls.x === "step" ? CrucibleCharts.stepAxis(maxStep)
+                                  : {tickformat: controls.x === "tokens" ? "~s" : ",.1f"});
       var yaxis = Object.assign({automargin: true, exponentformat: "e"}, chart.y);
       if (logY) { yaxis.type = "log"; delete yaxis.range; delete yaxis.rangemode; }
       var layout = hasPoints

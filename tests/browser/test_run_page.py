@@ -110,6 +110,11 @@ def test_the_charts_have_smoothing_log_y_wall_time_and_a_unified_hover(page, liv
     page.select_option("#chart-x", "time")
     chart = _chart(page, "chart-reward")
     assert chart["layout"]["xtitle"] == "wall time (min)"
+    page.select_option("#chart-x", "tokens")  # step_event: 500 tokens/s over 1 s of rollout a step
+    reward = _chart(page, "chart-reward")
+    assert reward["layout"]["xtitle"] == "generated tokens"
+    assert next(t for t in reward["data"] if t["name"] == "total (weighted)")["x"] == [500, 1000, 1500]
+    page.select_option("#chart-x", "time")
     page.reload()  # the choices are remembered in this browser
     assert page.input_value("#chart-x") == "time" and page.is_checked("#chart-log-y")
     page.locator("#charts-main").screenshot(path=str(output_dir / "run-charts-controls.png"))
