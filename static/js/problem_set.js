@@ -26,8 +26,10 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
   function show(v) {
     if (finished) return;
     const status = v.status;
-    badge.textContent = status;
-    badge.className = "status status-" + status;
+    // As ProblemSet.validation_badge: failing problems make a finished validation a warning.
+    const warn = status === "done" && v.failed > 0;
+    badge.textContent = warn ? v.failed + " failing" : status;
+    badge.className = "status status-" + (warn ? "warning" : status);
     if (status === "running") {
       summary.textContent = "running the reference and empty solutions: " + v.checked + " of " + v.total +
         " checked, " + v.passed + " ok, " + v.failed + " failing…";

@@ -44,8 +44,10 @@
       row.dataset.status = v.status;
       row.validationState = v;
       const badge = row.querySelector("[data-validation-status]");
-      badge.textContent = v.status;
-      badge.className = "status status-" + v.status;
+      // As ProblemSet.validation_badge: failing problems make a finished validation a warning.
+      const warn = v.status === "done" && v.failed > 0;
+      badge.textContent = warn ? v.failed + " failing" : v.status;
+      badge.className = "status status-" + (warn ? "warning" : v.status);
     }
     row.querySelector("[data-validation-summary]").textContent =
       summarize(row, row.validationState || {}, row.importState || {});

@@ -6,40 +6,84 @@
   var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
                 legend: {orientation: "h", x: 0, y: -0.3, yanchor: "top"},
                 xaxis: {title: {text: "step", standoff: 4}, rangemode: "tozero"}, yaxis: {automargin: true}};
-  var PERCENT = /pass|clip_frac/;
+  var PERCENT = /pass|clip fraction|truncated/;
+
+  // Smoothing and log y as on the run page (the same choices, kept in this browser).
+  var controls = {smoothing: 0, logY: false};
+  try { Object.assign(controls, JSON.parse(localStorage.getItem("crucible.charts") || "{}")); } catch (e) { /* defaults */ }
+  var smoothingInput = document.getElementById("chart-smoothing"), logInput = document.getElementById("chart-log-y");
+  smoothingInput.value = controls.smoothing; logInput.checked = controls.logY;
 
   function traces(key) {
-    return series.map(function (run) {
-      var pts = run.metrics.filter(function (m) { return typeof m.metrics[key] === "number"; });
-      return {x: pts.map(function (m) { return m.step; }), y: pts.map(function (m) { return m.metrics[key]; }),
-              name: "#" + run.id + " " + run.name, mode: "lines", type: "scatter"};
+    var out = [];
+    series.forEach(function (run) {
+      var pts = run.metrics.filter(function (m) {
+        return typeof m.metrics[key] === "number" && !(controls.logY && m.metrics[key] <= 0);
+      });
+      var xs = pts.map(function (m) { return m.step; }), ys = pts.map(function (m) { return m.metrics[key]; });
+      var colour = CrucibleCharts.runColour(run.id), smooth = controls.smoothing > 0 && xs.length > 1;
+      if (smooth) {
+        out.push({x: xs, y: ys, name: "#" + run.id + " (raw)", meta: "raw", mode: "lines", type: "scatter",
+                  showlegend: false, hoverinfo: "skip", opacity: 0.25, line: {color: colour, width: 1}});
+      }
+      out.push({x: xs, y: CrucibleCharts.ema(ys, controls.smoothing), rawY: ys, name: "#" + run.id + " " + run.name,
+                mode: "lines", type: "scatter", line: {color: colour},
+                hovertemplate: "%{y:.4g}" + (smooth ? " (smoothed)" : "") + "<extra>#" + run.id + "</extra>"});
     });
+    return out;
   }
+  var maxStep = Math.max.apply(null, [1].concat(series.map(function (run) {
+    return run.metrics.length ? run.metrics[run.metrics.length - 1].step : 0;
+  })));
   function plot(id, title, data) {
-    var layout = Object.assign({}, LAYOUT, {title: {text: title, font: {size: 13}}});
+    var layout = Object.assign({}, LAYOUT, {title: CrucibleCharts.title(title), hovermode: "x unified",
+                                            xaxis: Object.assign({}, LAYOUT.xaxis, CrucibleCharts.stepAxis(maxStep))});
     if (PERCENT.test(title)) layout.yaxis = {automargin: true, tickformat: ".0%"};
+    if (controls.logY) layout.yaxis = Object.assign({}, layout.yaxis, {type: "log"});
     if (!data.some(function (t) { return t.x.length; })) {
       layout = {title: layout.title, xaxis: {visible: false}, yaxis: {visible: false},
                 annotations: [{text: "no run reported " + title, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
                                font: {size: 12, color: "#6b7280"}}]};
     }
-    Plotly.react(document.getElementById(id), data, layout, {displaylogo: false, responsive: true});
+    Plotly.react(document.getElementById(id), data, layout,
+                 CrucibleCharts.config("compare-" + id.replace(/^compare-/, ""), function () { return "step"; }));
   }
 
   var keys = new Set();
   series.forEach(function (run) { run.metrics.forEach(function (m) { Object.keys(m.metrics).forEach(function (k) { keys.add(k); }); }); });
   var pick = document.getElementById("metric-pick");
-  Array.from(keys).sort().forEach(function (k) {
-    var o = document.createElement("option"); o.value = k; o.textContent = k; pick.appendChild(o);
+  // Listed by what they mean (as the run page names them); the key is the option's tooltip.
+  Array.from(keys).sort(function (a, b) {
+    return CrucibleMetrics.label(a).localeCompare(CrucibleMetrics.label(b));
+  }).forEach(function (k) {
+    var o = document.createElement("option");
+    o.value = k; o.textContent = CrucibleMetrics.label(k); o.title = k;
+    pick.appendChild(o);
   });
   if (keys.has("reward/pass_rate")) pick.value = "reward/pass_rate";
-  pick.addEventListener("change", function () { plot("compare-main", pick.value, traces(pick.value)); });
-  if (pick.value) plot("compare-main", pick.value, traces(pick.value));
-  plot("compare-reward", "reward/mean (total reward)", traces("reward/mean"));
-  plot("compare-kl", "kl (to the reference model)", traces("kl"));
-  plot("compare-eval", "held-out pass@1", series.map(function (run) {
-    var pts = run.evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
-    return {x: pts.map(function (e) { return e.step; }), y: pts.map(function (e) { return e["pass@1"]; }),
-            name: "#" + run.id + " " + run.name, mode: "lines+markers", type: "scatter"};
-  }));
+  function plotPicked() { plot("compare-main", CrucibleMetrics.label(pick.value), traces(pick.value)); }
+  pick.addEventListener("change", plotPicked);
+  function drawAll() {
+    if (pick.value) plotPicked();
+    plot("compare-reward", CrucibleMetrics.label("reward/mean"), traces("reward/mean"));
+    plot("compare-kl", CrucibleMetrics.label("kl"), traces("kl"));
+    plot("compare-eval", "held-out pass@1", series.map(function (run) {
+      var pts = run.evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
+      return {x: pts.map(function (e) { return e.step; }), y: pts.map(function (e) { return e["pass@1"]; }),
+              name: "#" + run.id + " " + run.name, mode: "lines+markers", type: "scatter",
+              line: {color: CrucibleCharts.runColour(run.id)}, hovertemplate: "%{y:.0%}<extra>#" + run.id + "</extra>"};
+    }));
+  }
+  [smoothingInput, logInput].forEach(function (el) {
+    el.addEventListener("input", function () {
+      controls.smoothing = Number(smoothingInput.value); controls.logY = logInput.checked;
+      document.getElementById("chart-smoothing-value").textContent = controls.smoothing.toFixed(2);
+      var saved = {};
+      try { saved = JSON.parse(localStorage.getItem("crucible.charts") || "{}"); } catch (e) { /* none */ }
+      try { localStorage.setItem("crucible.charts", JSON.stringify(Object.assign(saved, controls))); } catch (e) { /* private mode */ }
+      drawAll();
+    });
+  });
+  document.getElementById("chart-smoothing-value").textContent = Number(controls.smoothing).toFixed(2);
+  drawAll();
 })();

@@ -65,55 +65,162 @@
                            font: {size: 12, color: "#6b7280"}}]};
   }
 
+  // ---- chart controls (kept per browser, as W&B and TensorBoard do) -------------------------------
+  var controls = {smoothing: 0, logY: false, x: "step"};
+  try { Object.assign(controls, JSON.parse(localStorage.getItem("crucible.charts") || "{}")); } catch (e) { /* defaults */ }
+  var smoothingInput = document.getElementById("chart-smoothing"), logInput = document.getElementById("chart-log-y");
+  var xInput = document.getElementById("chart-x");
+  smoothingInput.value = controls.smoothing; logInput.checked = controls.logY; xInput.value = controls.x;
+  function readControls() {
+    controls = {smoothing: Number(smoothingInput.value), logY: logInput.checked, x: xInput.value};
+    document.getElementById("chart-smoothing-value").textContent = controls.smoothing.toFixed(2);
+    try { localStorage.setItem("crucible.charts", JSON.stringify(controls)); } catch (e) { /* private mode */ }
+  }
+  [smoothingInput, logInput, xInput].forEach(function (el) {
+    el.addEventListener("input", function () { readControls(); drawCharts(); });
+  });
+  readControls();
+
+  // Panels that are 0 at every step by construction are folded under "more" with the reason.
+  var facts = state.config_facts || {};
+  var ZERO_REASONS = {
+    "chart-clip": function () {
+      if (facts.epochs_per_batch === 1 && facts.single_minibatch) {
+        return "0 by construction: one PPO epoch over the whole batch updates the policy that sampled it, " +
+          "so every probability ratio is 1 and nothing is clipped (more epochs or smaller minibatches change that).";
+      }
+      return null;
+    },
+    "chart-kl": function (steps) {
+      if (facts.kl_coef === 0) return "kl_coef is 0: the run has no KL term.";
+      if (steps <= 1) return "0 at the first step by construction: the policy starts as the reference model.";
+      return null;
+    },
+  };
+
+  // Generated tokens up to each step: tokens_per_s counts completion tokens per second of rollout
+  // time (DESIGN.md), so tokens_per_s × time/rollout_s is exactly the step's tokens.
+  function cumulativeTokens(steps) {
+    var total = 0, out = new Map();
+    steps.forEach(function (s) {
+      var m = metrics.get(s).metrics;
+      if (typeof m.tokens_per_s !== "number" || typeof m["time/rollout_s"] !== "number") return;
+      total += m.tokens_per_s * m["time/rollout_s"];
+      out.set(s, total);
+    });
+    return out;
+  }
+  var tokensAt = new Map();
+
+  function xOf(step, t0) {
+    if (controls.x === "step") return step;
+    if (controls.x === "tokens") return step === 0 ? 0 : (tokensAt.has(step) ? tokensAt.get(step) : null);
+    var m = metrics.get(step);
+    if (m && typeof m.time === "number") return (m.time - t0) / 60;
+    return step === 0 ? 0 : null;  // the evaluation before training
+  }
+
   function drawCharts() {
     var steps = sortedSteps();
     var allKeys = new Set();
     steps.forEach(function (s) { Object.keys(metrics.get(s).metrics).forEach(function (k) { allKeys.add(k); }); });
+    var timed = steps.filter(function (s) { return typeof metrics.get(s).time === "number"; });
+    // Wall time counts from the start of the first step (its rollout began before its end time).
+    var t0 = timed.length ? metrics.get(timed[0]).time - ((metrics.get(timed[0]).metrics["time/step_s"]) || 0) : 0;
+    if (controls.x === "tokens") tokensAt = cumulativeTokens(steps);
+    var xTitle = {step: "step", time: "wall time (min)", tokens: "generated tokens"}[controls.x] || "step";
+    var maxStep = steps.length ? steps[steps.length - 1] : 1;
+    var folded = [];
     CHARTS.forEach(function (chart) {
       var keys = Array.from(allKeys).filter(chart.keys).sort(function (a, b) {
         return (b === chart.total) - (a === chart.total) || (a < b ? -1 : 1);  // the total first
       });
-      var traces = keys.map(function (key) {
+      var logY = controls.logY || (chart.y && chart.y.type === "log");
+      var traces = [];
+      keys.forEach(function (key, i) {
         var xs = [], ys = [];
         steps.forEach(function (s) {
-          var v = metrics.get(s).metrics[key];
-          if (typeof v === "number" && !(chart.positive && v <= 0)) { xs.push(s); ys.push(v); }  // log axis: no 0
+          var v = metrics.get(s).metrics[key], x = xOf(s, t0);
+          if (typeof v === "number" && x !== null && !((chart.positive || logY) && v <= 0)) { xs.push(x); ys.push(v); }  // log axis: no 0
         });
-        var trace = {x: xs, y: ys, name: chart.label(key), mode: xs.length > 30 ? "lines" : "lines+markers", type: "scatter",
-                     hovertemplate: "step %{x}: %{y:.4g}<extra>" + chart.label(key) + "</extra>"};
-        if (key === chart.total) trace.line = {width: 3, color: "#111827"};
-        return trace;
+        var colour = key === chart.total ? "#111827" : CrucibleCharts.palette[i % CrucibleCharts.palette.length];
+        var smooth = controls.smoothing > 0 && xs.length > 1;
+        var trace = {x: xs, y: CrucibleCharts.ema(ys, controls.smoothing), rawY: ys, name: chart.label(key),
+                     mode: xs.length > 30 || smooth ? "lines" : "lines+markers", type: "scatter",
+                     line: {color: colour, width: key === chart.total ? 3 : 2},
+                     hovertemplate: "%{y:.4g}" + (smooth ? " (smoothed)" : "") + "<extra>" + chart.label(key) + "</extra>"};
+        if (smooth) {  // the raw values stay visible, faint, behind the smoothed line
+          traces.push({x: xs, y: ys, name: chart.label(key) + " (raw)", meta: "raw", mode: "lines", type: "scatter",
+                       showlegend: false, hoverinfo: "skip", opacity: 0.25, line: {color: colour, width: 1}});
+        }
+        traces.push(trace);
       });
       if (chart.evals) {
         var byStep = evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; })
-          .sort(function (a, b) { return a.step - b.step; });
+          .sort(function (a, b) { return a.step - b.step; })
+          .filter(function (e) { return xOf(e.step, t0) !== null && !(logY && e["pass@1"] <= 0); });
         if (byStep.length) {
-          traces.push({x: byStep.map(function (e) { return e.step; }), y: byStep.map(function (e) { return e["pass@1"]; }),
+          traces.push({x: byStep.map(function (e) { return xOf(e.step, t0); }), y: byStep.map(function (e) { return e["pass@1"]; }),
                        name: "held-out pass@1", mode: "lines+markers", type: "scatter", line: {width: 3, color: "#15803d"},
-                       hovertemplate: "step %{x}: %{y:.0%}<extra>held-out pass@1</extra>"});
+                       hovertemplate: "%{y:.0%}<extra>held-out pass@1</extra>"});
         }
       }
       var el = document.getElementById(chart.id);
       el.dataset.points = steps.length;
-      var title = {text: chart.title, font: {size: 13}};
+      var title = CrucibleCharts.title(chart.title);
       var hasPoints = traces.some(function (t) { return t.x.length; });
+      var flatZero = hasPoints && keys.length && traces.every(function (t) {
+        return t.meta === "raw" || (t.rawY || t.y).every(function (v) { return v === 0; });
+      });
+      var reason = flatZero && ZERO_REASONS[chart.id] ? ZERO_REASONS[chart.id](steps.length) : null;
+      placeChart(el, reason);
+      if (reason) folded.push({title: chart.title, reason: reason});
       if (hasPoints && chart.threshold) {
         var xs = [].concat.apply([], traces.map(function (t) { return t.x; }));
-        traces.push({x: [0, Math.max(1, Math.max.apply(null, xs))], y: [chart.threshold, chart.threshold],
+        traces.push({x: [0, Math.max(1, Math.max.apply(null, xs))], y: [chart.threshold, chart.threshold], meta: "guide",
                      name: "warning above " + chart.threshold, mode: "lines", type: "scatter", hoverinfo: "skip",
                      line: {dash: "dash", width: 1.5, color: "#b91c1c"}});
       }
       var empty = finished ? "no data recorded" : "waiting for the first step…";
       if (steps.length && !keys.length) empty = "not reported by this run's trainer";
       if (!hasPoints && chart.positive && keys.length) empty = "0 at every step: the two agree exactly";
+      if (!hasPoints && logY && !chart.positive && keys.length) empty = "no positive values to draw on a log axis";
+      var xaxis = Object.assign({}, LAYOUT.xaxis, {title: {text: xTitle, standoff: 4}},
+                                controls.x === "step" ? CrucibleCharts.stepAxis(maxStep)
+                                  : {tickformat: controls.x === "tokens" ? "~s" : ",.1f"});
+      var yaxis = Object.assign({automargin: true, exponentformat: "e"}, chart.y);
+      if (logY) { yaxis.type = "log"; delete yaxis.range; delete yaxis.rangemode; }
       var layout = hasPoints
-        ? Object.assign({}, LAYOUT, {title: title, yaxis: Object.assign({automargin: true, exponentformat: "e"}, chart.y),
-                                     showlegend: traces.length > 1},
+        ? Object.assign({}, LAYOUT, {title: title, xaxis: xaxis, yaxis: yaxis, hovermode: "x unified",
+                                     showlegend: traces.filter(function (t) { return t.meta !== "raw"; }).length > 1},
                         traces.length > 1 ? {} : {margin: Object.assign({}, LAYOUT.margin, {b: 44})})
         : Object.assign(emptyLayout(empty), {title: title});
-      Plotly.react(el, traces, layout, {displaylogo: false, responsive: true});
+      Plotly.react(el, traces, layout, CrucibleCharts.config("run-" + run.id + "-" + chart.id.replace(/^chart-/, ""),
+                                                             function () { return xTitle; }));
     });
+    var more = document.getElementById("charts-more");
+    more.hidden = !folded.length;
+    document.getElementById("charts-more-count").textContent = folded.length + (folded.length === 1 ? " panel" : " panels");
+    var list = document.getElementById("charts-more-reasons");
+    list.replaceChildren.apply(list, folded.map(function (f) {
+      var li = document.createElement("li"), b = document.createElement("strong");
+      b.textContent = f.title + ": "; li.appendChild(b); li.appendChild(document.createTextNode(f.reason));
+      return li;
+    }));
   }
+
+  // A chart moves between the main grid and the folded one; its place in CHARTS order is kept.
+  function placeChart(el, reason) {
+    var target = document.getElementById(reason ? "charts-folded" : "charts-main");
+    el.dataset.folded = reason ? "true" : "false";
+    if (el.parentNode === target) return;
+    var order = CHARTS.map(function (c) { return c.id; });
+    var next = Array.from(target.children).find(function (c) { return order.indexOf(c.id) > order.indexOf(el.id); });
+    target.insertBefore(el, next || null);
+  }
+  document.getElementById("charts-more").addEventListener("toggle", function () {
+    document.querySelectorAll("#charts-folded .chart").forEach(function (el) { Plotly.Plots.resize(el); });
+  });
 
   var drawPending = false;
   function scheduleDraw() {  // at most one redraw per animation frame however fast events arrive
@@ -128,6 +235,29 @@
     if (seconds >= 3600) return (seconds / 3600).toFixed(1) + " h";
     if (seconds >= 60) return Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
     return Math.round(seconds) + " s";
+  }
+
+  function queueText(q) {
+    if (!q) return "waiting for a worker";
+    var running = q.running ? q.running + " run" + (q.running > 1 ? "s" : "") + " running" : "no run running";
+    if (q.position === 1) return "next in line (" + running + ")";
+    return "number " + q.position + " in line (" + (q.position - 1) + " queued ahead, " + running + ")";
+  }
+
+  // A queued run's place changes as other runs start: ask the API until this one leaves the queue
+  // (its own start arrives on the websocket).
+  function followQueue() {
+    if (run.status !== "queued") return;
+    fetch("/api/runs/" + run.id, {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.json();
+    }).then(function (data) {
+      if (run.status !== "queued") return;
+      run.queue = data.queue;
+      drawProgress();
+    }).catch(function () { /* the text keeps its last value */ }).then(function () {
+      if (run.status === "queued") setTimeout(followQueue, 10000);
+    });
   }
 
   function drawProgress() {
@@ -148,7 +278,7 @@
       eta = run.status + (run.started && run.finished && !resumed
         ? " after " + duration((Date.parse(run.finished) - Date.parse(run.started)) / 1000) : "");
     } else if (run.status === "queued") {
-      eta = "queued: waiting for a worker";
+      eta = "queued: " + queueText(run.queue);
     } else if (run.status === "cancelling") {
       eta = "cancelling: saving a checkpoint…";
     } else if (!finished && step === 0) {
@@ -233,11 +363,15 @@
     var filter = filterInput.value.toLowerCase();
     var rows = Array.from(problems.values())
       .filter(function (p) { return !filter || p.problem_id.toLowerCase().indexOf(filter) >= 0; })
-      .sort(function (a, b) { return a.pass_rate - b.pass_rate || (a.problem_id < b.problem_id ? -1 : 1); });
+      // Train problems (the ones with candidates to inspect) first, then held-out; each worst first.
+      .sort(function (a, b) {
+        return (a.split === "heldout") - (b.split === "heldout") || a.pass_rate - b.pass_rate ||
+          (a.problem_id < b.problem_id ? -1 : 1);
+      });
     var frag = document.createDocumentFragment();
     if (!rows.length) {
       var empty = document.createElement("tr"), cell = document.createElement("td");
-      cell.colSpan = 5; cell.className = "muted";
+      cell.colSpan = 6; cell.className = "muted";
       cell.textContent = problems.size ? "No problem id contains “" + filterInput.value + "”."
         : finished ? "No problem was sampled." : "Problems appear here as the first step samples them.";
       empty.appendChild(cell); frag.appendChild(empty);
@@ -250,8 +384,17 @@
       [p.problem_id, p.split, Math.round(p.pass_rate * 100) + "%"].forEach(function (text) {
         var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       });
+      var change = document.createElement("td");
+      change.className = "nowrap";
+      if (p.history.length) {
+        var first = p.history[0], last = p.history[p.history.length - 1];
+        change.textContent = Math.round(first[1] * 100) + "% → " + Math.round(last[1] * 100) + "%";
+        change.title = (p.split === "heldout" ? "held-out pass@1 at the evaluation of step " : "pass rate at step ") +
+          first[0] + " → step " + last[0];
+      }
+      tr.appendChild(change);
       var spark = document.createElement("td"); spark.appendChild(sparkline(p.history)); tr.appendChild(spark);
-      var zv = document.createElement("td"); zv.textContent = p.zero_variance_groups; tr.appendChild(zv);
+      var zv = document.createElement("td"); zv.textContent = p.split === "heldout" ? "—" : p.zero_variance_groups; tr.appendChild(zv);
       frag.appendChild(tr);
     });
     body.replaceChildren(frag);
@@ -265,7 +408,7 @@
 
   document.getElementById("problems").addEventListener("click", function (e) {
     var tr = e.target.closest("tr[data-problem]");
-    if (tr) loadCandidates(tr.dataset.problem, "failed");
+    if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed");
   });
 
   function loadCandidates(problemId, status) {
@@ -341,11 +484,19 @@
     body.replaceChildren();
     if (!list.length) {
       var tr = document.createElement("tr"), td = document.createElement("td");
-      td.colSpan = 4; td.className = "muted"; td.textContent = "none yet"; tr.appendChild(td); body.appendChild(tr);
+      td.colSpan = 5; td.className = "muted"; td.textContent = "none yet"; tr.appendChild(td); body.appendChild(tr);
     }
     list.forEach(function (c) {
       var tr = document.createElement("tr");
-      [c.step, c.kind, humanSize(c.size_bytes)].forEach(function (t) { var td = document.createElement("td"); td.textContent = t; tr.appendChild(td); });
+      var pass = c.heldout_pass_at_1 === null || c.heldout_pass_at_1 === undefined ? "—" : Math.round(c.heldout_pass_at_1 * 100) + "%";
+      [c.step, c.kind, pass, humanSize(c.size_bytes)].forEach(function (t) { var td = document.createElement("td"); td.textContent = t; tr.appendChild(td); });
+      if (c.best) {
+        tr.classList.add("best-checkpoint");
+        var badge = document.createElement("span");
+        badge.className = "status status-succeeded"; badge.textContent = "best";
+        badge.title = "highest held-out pass@1 of this run's evaluations";
+        tr.children[2].append(" ", badge);
+      }
       var td = document.createElement("td"), a = document.createElement("a");
       a.href = c.download_url; a.textContent = "download .tar.gz"; a.className = "download"; a.setAttribute("download", "");
       td.appendChild(a); tr.appendChild(td); body.appendChild(tr);
@@ -388,6 +539,17 @@
         break;
       }
       case "eval":
+        refreshCheckpoints();  // the best checkpoint may change
+        // As services._apply_eval_problems: each evaluated problem's pass@1 joins its history.
+        Object.keys(ev.per_problem || {}).forEach(function (id) {
+          var q = problems.get(id) || {problem_id: id, history: [], zero_variance_groups: 0};
+          q.split = ev.split;
+          q.history = q.history.filter(function (h) { return h[0] !== ev.step; })
+            .concat([[ev.step, ev.per_problem[id]["pass@1"]]]).sort(function (a, b) { return a[0] - b[0]; });
+          q.pass_rate = q.history[q.history.length - 1][1];
+          problems.set(id, q);
+        });
+        if (ev.per_problem) scheduleProblems();
         evals = evals.filter(function (e) { return !(e.step === ev.step && e.split === ev.split); });
         evals.push({step: ev.step, split: ev.split, "pass@1": ev["pass@1"], "pass@k": ev["pass@k"]});
         drawHeadline(); scheduleDraw();
@@ -423,6 +585,20 @@
 
   var steps0 = sortedSteps();
   drawMismatch(state.mismatch_warning, steps0.length ? steps0[steps0.length - 1] : -1);
+  setTimeout(followQueue, 10000);
+
+  document.getElementById("copy-config").addEventListener("click", function () {
+    var text = document.getElementById("config-yaml").textContent;
+    var done = function () { document.getElementById("copy-config-done").hidden = false; };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done);
+    } else {  // plain http on a LAN: select the text so that Ctrl+C copies it
+      var range = document.createRange();
+      range.selectNodeContents(document.getElementById("config-yaml"));
+      window.getSelection().removeAllRanges();
+      window.getSelection().addRange(range);
+    }
+  });
   drawCharts(); drawProgress(); drawProblems(); drawHealth(); drawCheckpoints(state.checkpoints);
   if (run.error) setStatus(run.status, run.error);
   connect();

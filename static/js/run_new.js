@@ -1,8 +1,11 @@
-// New-run form: presets fill every field; a switched-off section (use lora) greys out its fields.
+// New-run form: presets fill every field; a switched-off section (use lora) greys out its fields; the
+// sticky launch bar says what differs from the chosen preset; out-of-range numbers are refused here,
+// with the server's wording, before the form is sent.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");
   var presets = JSON.parse(document.getElementById("presets-data").textContent);
+  var current = presets.find(function (p) { return p.name === form.dataset.preset; }) || presets[0];
 
   function setValue(name, value) {
     var el = form.elements[name];
@@ -10,6 +13,52 @@
     if (el.type === "checkbox") el.checked = !!value;
     else if (Array.isArray(value)) el.value = JSON.stringify(value);
     else el.value = value === null || value === undefined ? "" : value;
+  }
+
+  // The value as the form would send it, in the preset's terms (so 0.2 and "0.20" are the same).
+  function formValue(el) {
+    if (el.type === "checkbox") return el.checked;
+    if (el.type === "number") return el.value === "" ? null : Number(el.value);
+    return el.value;
+  }
+
+  function presetValue(value) {
+    if (Array.isArray(value)) return JSON.stringify(value);
+    return value === undefined ? null : value;
+  }
+
+  function disabledBySection(name) {
+    return Array.prototype.some.call(form.querySelectorAll("input[type=checkbox]"), function (box) {
+      return !box.checked && name.indexOf(box.name + ".") === 0;
+    });
+  }
+
+  function showChanges() {
+    var changed = [];
+    Object.keys(current.values).forEach(function (name) {
+      var el = form.elements[name];
+      if (!el || disabledBySection(name)) return;
+      var now = formValue(el), was = presetValue(current.values[name]);
+      if (el.type === "number" && was !== null) was = Number(was);
+      if (now !== was && !(now === "" && was === null)) changed.push(name + " " + String(was) + " → " + String(now));
+    });
+    var el = document.getElementById("preset-changes");
+    el.textContent = changed.length ? "changed from " + current.title + ": " + changed.join(", ")
+      : "preset " + current.title + ", unchanged";
+    el.title = el.textContent;
+    el.dataset.changed = changed.length;
+  }
+
+  // What the chosen set lacks, as the server will say it (webapp/runs/forms.py set_warnings).
+  var sets = JSON.parse(document.getElementById("sets-data").textContent);
+  function showSetIssues() {
+    var facts = sets[form.elements["problem_set"].value];
+    var el = document.getElementById("set-issues");
+    var issues = facts ? facts.issues.slice() : [];
+    var perStep = Number(form.elements["sampling.problems_per_step"].value);
+    if (facts && perStep > facts.train) issues.push("only " + facts.train + " train problems for problems_per_step " + perStep);
+    el.textContent = issues.length ? "⚠ " + issues.join("; ") : "";
+    el.hidden = !issues.length;
   }
 
   function syncSections() {
@@ -21,20 +70,74 @@
     });
   }
 
+  // The same check and message as the server's bounds validator (webapp/runs/forms.py).
+  function boundsError(el) {
+    if (el.type !== "number" || el.disabled || el.value === "") return null;
+    var v = Number(el.value), parts = [], ok = true;
+    if (el.min !== "") {
+      var exMin = el.dataset.exclusiveMin === "true";
+      parts.push((exMin ? "> " : ">= ") + el.min);
+      ok = ok && (exMin ? v > Number(el.min) : v >= Number(el.min));
+    }
+    if (el.max !== "") {
+      var exMax = el.dataset.exclusiveMax === "true";
+      parts.push((exMax ? "< " : "<= ") + el.max);
+      ok = ok && (exMax ? v < Number(el.max) : v <= Number(el.max));
+    }
+    if (el.step !== "any" && !Number.isInteger(v)) return "must be a whole number; got " + el.value;
+    return ok ? null : "must be " + parts.join(" and ") + "; got " + el.value;
+  }
+
+  function markBounds(el) {
+    var field = el.closest(".field");
+    if (!field) return null;
+    var error = boundsError(el);
+    var list = field.querySelector(".errorlist.client");
+    if (list) list.remove();
+    field.classList.toggle("has-error", !!error);
+    if (error) {
+      list = document.createElement("ul");
+      list.className = "errorlist client";
+      var li = document.createElement("li");
+      li.textContent = error;
+      list.appendChild(li);
+      el.closest("label").after(list);
+    }
+    return error;
+  }
+
   form.querySelectorAll(".preset").forEach(function (button) {
     button.addEventListener("click", function () {
-      var preset = presets.find(function (p) { return p.name === button.dataset.preset; });
-      Object.keys(preset.values).forEach(function (name) { setValue(name, preset.values[name]); });
+      current = presets.find(function (p) { return p.name === button.dataset.preset; });
+      form.elements["preset"].value = current.name;
+      Object.keys(current.values).forEach(function (name) { setValue(name, current.values[name]); });
       var name = form.elements["name"];
-      if (!name.value || / run$/.test(name.value)) name.value = preset.name + " run";
+      if (!name.value || / run$/.test(name.value)) name.value = current.name + " run";
       form.querySelectorAll(".preset").forEach(function (b) { b.classList.toggle("primary", b === button); });
       syncSections();
+      form.querySelectorAll("input[type=number]").forEach(markBounds);
+      showChanges();
+      showSetIssues();
     });
   });
-  form.addEventListener("change", function (e) { if (e.target.type === "checkbox") syncSections(); });
-  // Disabled inputs are not submitted; re-enable them so the server sees the whole config.
-  form.addEventListener("submit", function () {
+  form.addEventListener("change", function (e) {
+    if (e.target.type === "checkbox") syncSections();
+    if (e.target.type === "number") markBounds(e.target);
+    showChanges();
+  });
+  form.addEventListener("input", function () { showChanges(); showSetIssues(); });
+  form.addEventListener("change", showSetIssues);
+  form.addEventListener("submit", function (e) {
+    var bad = Array.prototype.filter.call(form.querySelectorAll("input[type=number]"), markBounds);
+    if (bad.length) {
+      e.preventDefault();
+      bad[0].focus();
+      return;
+    }
+    // Disabled inputs are not submitted; re-enable them so the server sees the whole config.
     Array.prototype.forEach.call(form.elements, function (el) { el.disabled = false; });
   });
   syncSections();
+  showChanges();
+  showSetIssues();
 })();

@@ -1,6 +1,8 @@
 """A user uploads a problem set in the browser and watches its validation finish (real worker)."""
 import json
 
+import pytest
+
 from .conftest import login
 
 PROBLEMS = [
@@ -32,6 +34,8 @@ def test_a_user_uploads_a_problem_set_and_sees_its_validation_finish(page, live_
     # The page follows the job (websocket / polling) and reloads itself when it is done.
     page.wait_for_selector("#validation[data-status=done]", timeout=120_000)
     assert "2 problems ok, 1 failing" in page.locator("#validation").inner_text()
+    badge = page.locator("#validation [data-validation-status]")
+    assert badge.inner_text() == "1 failing" and "status-warning" in badge.get_attribute("class")
     rows = page.locator("#problems tbody tr")
     assert rows.count() == 3
     assert "passes (bad)" in rows.nth(2).inner_text()
@@ -81,3 +85,19 @@ def test_a_large_upload_is_imported_in_the_background_and_the_set_page_follows_i
     from webapp.problems.models import ProblemSet
 
     assert ProblemSet.objects.get(name="Background set").import_total_bytes == len(content)  # it was stored
+
+
+@pytest.mark.parametrize("filename, data, words", [("empty.jsonl", b"", "empty.jsonl is empty"),
+                                                    ("blank.jsonl", b"\n\n", "file has no problems"),
+                                                    ("notes.txt", b"hi\n", ".txt is not a problem file")])
+def test_every_refused_file_is_explained_in_the_same_place(page, live_server_url, user, output_dir, filename, data,
+                                                           words):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/problem-sets/")
+    page.set_input_files("input[name=file]", files=[{"name": filename, "mimeType": "text/plain", "buffer": data}])
+    page.click("#upload-form button[type=submit]")
+    page.wait_for_selector("#upload-refused")
+    assert words in page.locator("#upload-refused").inner_text()
+    assert page.locator("#upload-form .notice").count() == 0  # nothing inside the form itself
+    refusal = page.locator("#upload-refused").locator("xpath=..")
+    refusal.screenshot(path=str(output_dir / f"upload-refused-{filename}.png"))

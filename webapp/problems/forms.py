@@ -9,7 +9,9 @@ FORMAT_LABELS = {"auto": "Detect automatically", "native": "Crucible native JSON
 class UploadForm(forms.Form):
     name = forms.CharField(max_length=200, required=False,
                            help_text="Defaults to the file name.")
-    file = forms.FileField(help_text="JSON Lines (.jsonl) or gzip-compressed (.jsonl.gz), one problem per line.")
+    # An empty file is the importer's to refuse, in the same words and place as a file of blank lines.
+    file = forms.FileField(allow_empty_file=True,
+                           help_text="JSON Lines (.jsonl) or gzip-compressed (.jsonl.gz), one problem per line.")
     format = forms.ChoiceField(choices=[(f, FORMAT_LABELS[f]) for f in UPLOAD_FORMATS], initial="auto")
 
 

@@ -60,6 +60,14 @@ class ProblemSet(models.Model):
         return f"{self.name} ({self.problem_count} problems)"
 
     @property
+    def validation_badge(self) -> tuple[str, str]:
+        """(state, text) of the validation badge: a finished validation with failing problems is a
+        warning, not a green "done" (runs on the set train on rewards that do not measure correctness)."""
+        if self.validation_status == self.Validation.DONE and self.validation_failed:
+            return "warning", f"{self.validation_failed} failing"
+        return self.validation_status, self.validation_status
+
+    @property
     def importing(self) -> bool:
         return self.import_status == self.Import.IMPORTING
 

@@ -149,9 +149,18 @@ def upload_problem_set(owner, name: str, uploaded_file, format: str = "auto") ->
     return _create_from_result(owner, name, filename, result, errors)
 
 
+ACCEPTED_EXTENSIONS = (".jsonl", ".jsonl.gz")
+
+
 def _check_upload_request(uploaded_file, name: str, format: str) -> tuple[str, str, list[dict]]:
-    """`(filename, name, errors)`: the format must be known and the name fit its column."""
+    """`(filename, name, errors)`: the file a problem file by its name, the format known, the name fitting
+    its column. A file of another type is refused before any of it is parsed, naming the accepted types."""
     filename = os.path.basename(getattr(uploaded_file, "name", None) or "upload.jsonl")
+    if not filename.lower().endswith(ACCEPTED_EXTENSIONS):
+        suffix = "".join(Path(filename).suffixes[-2:]) or "no extension"
+        return filename, name, [_error(0, "file", f"{filename}: {suffix} is not a problem file; upload "
+                                                  ".jsonl (JSON Lines, one problem per line) or .jsonl.gz "
+                                                  "(the same, gzip-compressed)")]
     if format not in UPLOAD_FORMATS:
         return filename, name, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
     name = (name or "").strip() or _name_from_filename(filename)

@@ -65,6 +65,8 @@ def _problem_set_list(request: HttpRequest) -> HttpResponse:
             status = 400
         else:
             status = 400
+        if "file" in form.errors:  # every refusal of the file shows in one place, under the form
+            errors = [{"line": 0, "field": "file", "message": m} for m in form.errors.pop("file")] + errors
     else:
         form = UploadForm()
         if request.GET.get("upload") == "too-large":  # sent here by the ASGI body guard (uploads.py)

@@ -14,6 +14,7 @@ from sandbox.flags import FLAGS
 from training.config import ConfigError, json_schema
 
 from . import queries, services
+from .archive import archive_extras
 from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
 from .model_refs import WEB_DEFAULT_MODEL
 from .models import Checkpoint, Run, TransitionError
@@ -77,6 +78,11 @@ class RunItem(Schema):
     finished: str | None
 
 
+class QueueOut(Schema):
+    position: int  # 1 = the next run a gpu worker takes
+    running: int  # runs holding a gpu worker now (every user's; none named)
+
+
 class RunOut(Schema):
     id: int
     name: str
@@ -91,6 +97,7 @@ class RunOut(Schema):
     started: str | None
     finished: str | None
     resume_count: int
+    queue: QueueOut | None = None  # while queued
 
 
 class MetricOut(Schema):
@@ -128,6 +135,8 @@ class CheckpointOut(Schema):
     path: str
     size_bytes: int
     download_url: str
+    heldout_pass_at_1: float | None = Field(None, description="held-out pass@1 of the evaluation at this step")
+    best: bool = Field(False, description="at the step with the highest held-out pass@1 (the latest on a tie)")
 
 
 class PresetOut(Schema):
@@ -228,7 +237,7 @@ def download_checkpoint(request: HttpRequest, run_id: int, checkpoint_id: int):
     checkpoint = get_object_or_404(Checkpoint, run=run, pk=checkpoint_id)
     try:
         directory = resolve_checkpoint_dir(run, checkpoint.path)
-        chunks = stream_tar_gz(directory)
+        chunks = stream_tar_gz(directory, archive_extras(run, checkpoint, directory))
         first = next(chunks)  # path and symlink checks happen before the response starts
     except FileNotFoundError as exc:
         raise HttpError(404, str(exc)) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,11 +70,20 @@ def checkpoint_files(directory: Path) -> list[tuple[Path, str]]:
     return out
 
 
-def stream_tar_gz(directory: Path) -> Iterator[bytes]:
-    """Yield a gzip-compressed tar of ``directory`` (top-level folder = its name)."""
+def stream_tar_gz(directory: Path, extras: dict[str, bytes] | None = None) -> Iterator[bytes]:
+    """Yield a gzip-compressed tar of ``directory`` (top-level folder = its name).
+
+    ``extras``: small files by path relative to ``directory``, added to the archive or taking the
+    place of the file of that name on disk.
+    """
     files = checkpoint_files(directory)  # raises before the first byte is sent
+    extras = dict(extras or {})
     gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # 16+: gzip container
     for path, arcname in files:
+        relative = path.relative_to(directory).as_posix()
+        if relative in extras:
+            yield gz.compress(_member(arcname, extras.pop(relative), int(os.lstat(path).st_mtime)))
+            continue
         st = os.lstat(path)
         info = tarfile.TarInfo(arcname)
         info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
@@ -92,4 +102,13 @@ def stream_tar_gz(directory: Path) -> Iterator[bytes]:
         out += gz.compress(b"\0" * padding)
         if out:
             yield out
+    for relative, data in sorted(extras.items()):
+        yield gz.compress(_member(f"{directory.name}/{relative}", data, int(time.time())))
     yield gz.compress(b"\0" * (2 * tarfile.BLOCKSIZE)) + gz.flush()
+
+
+def _member(arcname: str, data: bytes, mtime: int) -> bytes:
+    """A whole tar member (header, data, padding) for a small in-memory file."""
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mtime, info.mode = len(data), mtime, 0o644
+    return info.tobuf(format=tarfile.PAX_FORMAT) + data + b"\0" * ((-len(data)) % tarfile.BLOCKSIZE)

@@ -23,6 +23,9 @@ GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 SKIP = {"problems", "model.adapters"}  # from the problem set; from model.name_or_path (run:<id>/step-<n>)
+# Bounds that RunConfig._check enforces across sections, narrower than the field's own schema bound; the form
+# shows them (help text, browser min) so the help never contradicts the error the server gives.
+NARROWER = {"sampling.candidates_per_problem": {"minimum": 2}}
 
 
 def _group_of(name: str) -> str:
@@ -85,7 +88,11 @@ def _bounds_validator(schema: dict):
     return validate
 
 
-def _leaf_field(schema: dict, label: str) -> forms.Field:
+def _leaf_field(schema: dict, label: str, shown: dict | None = None) -> forms.Field:
+    """``shown``: the schema with NARROWER bounds, for the help and the browser; the form validates the
+    field's own bounds and leaves the cross-field rule, with its explanation, to the config."""
+    validators = [_bounds_validator(schema)] if _bounds_text(schema) else []
+    schema = shown or schema
     help_text = schema.get("description", "")
     bounds = _bounds_text(schema)
     if bounds:
@@ -106,18 +113,23 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         return forms.ChoiceField(choices=[(c, c) for c in schema["enum"]], **common)
     if base == "boolean":
         return forms.BooleanField(required=False, **common)
-    attrs = {}  # the browser refuses out-of-range numbers before the form is sent
+    # The browser refuses out-of-range numbers before the form is sent (run_new.js); HTML min/max are
+    # inclusive, so an exclusive bound on a float also travels as data-exclusive-min/max.
+    attrs: dict[str, Any] = {}
     if "minimum" in schema:
         attrs["min"] = schema["minimum"]
-    elif "exclusiveMinimum" in schema and base == "integer":
-        attrs["min"] = schema["exclusiveMinimum"] + 1
+    elif "exclusiveMinimum" in schema:
+        attrs["min"] = schema["exclusiveMinimum"] + 1 if base == "integer" else schema["exclusiveMinimum"]
+        if base != "integer":
+            attrs["data-exclusive-min"] = "true"
     if "maximum" in schema:
         attrs["max"] = schema["maximum"]
-    elif "exclusiveMaximum" in schema and base == "integer":
-        attrs["max"] = schema["exclusiveMaximum"] - 1
+    elif "exclusiveMaximum" in schema:
+        attrs["max"] = schema["exclusiveMaximum"] - 1 if base == "integer" else schema["exclusiveMaximum"]
+        if base != "integer":
+            attrs["data-exclusive-max"] = "true"
     if nullable:
         attrs["placeholder"] = "null"  # what an empty field means, as the help text says "null = ..."
-    validators = [_bounds_validator(schema)] if bounds else []
     if base == "integer":
         return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), validators=validators,
                                   **common)
@@ -146,7 +158,7 @@ def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[st
             out.append((name, switch, s.get("default") is not None))
             out += config_fields(obj, name + ".")
             continue
-        out.append((name, _leaf_field(s, s.get("title", key)), s.get("default")))
+        out.append((name, _leaf_field(s, s.get("title", key), shown=s | NARROWER.get(name, {})), s.get("default")))
     return out
 
 
@@ -181,9 +193,7 @@ class RunForm(forms.Form):
         from webapp.problems.models import ProblemSet
 
         self.fields["problem_set"].queryset = ProblemSet.objects.visible_to(user).order_by("-created")
-        self.fields["problem_set"].label_from_instance = lambda ps: (
-            f"{ps.name}: {ps.problem_count} problem{'s' if ps.problem_count != 1 else ''} "
-            f"({ps.train_count} train / {ps.heldout_count} held-out)")
+        self.fields["problem_set"].label_from_instance = set_label
         initial = flatten(initial_config or {})
         self.sections = set()
         self.defaults = {}
@@ -195,6 +205,12 @@ class RunForm(forms.Form):
             if getattr(field, "is_section", False):
                 self.sections.add(name)
         self.config: dict | None = None
+
+    def launch_warnings(self) -> list[str]:
+        """What a valid form would launch silently but probably not as meant (asked to confirm first)."""
+        if self.config is None or not self.cleaned_data.get("problem_set"):
+            return []
+        return set_warnings(self.cleaned_data["problem_set"], self.config["sampling"]["problems_per_step"])
 
     def groups(self) -> list[tuple[str, list]]:
         grouped: dict[str, list] = {title: [] for title, _ in GROUPS}
@@ -226,6 +242,33 @@ class RunForm(forms.Form):
             else:
                 self.add_error(None, str(exc))
         return cleaned
+
+
+def set_label(ps) -> str:
+    """The set as the dropdown lists it: counts, and what is wrong with it for training."""
+    label = (f"{ps.name}: {ps.problem_count} problem{'s' if ps.problem_count != 1 else ''} "
+             f"({ps.train_count} train / {ps.heldout_count} held-out)")
+    issues = set_warnings(ps, problems_per_step=None, short=True)
+    return label + (" ⚠ " + ", ".join(issues) if issues else "")
+
+
+def set_warnings(ps, problems_per_step: int | None, *, short: bool = False) -> list[str]:
+    """Why training on ``ps`` would not do what its user expects (empty when nothing is off)."""
+    out = []
+    if ps.heldout_count == 0:
+        out.append("no held-out problems" if short else
+                   "This set has no held-out problems: the run cannot measure held-out pass@1 before and after "
+                   "training. Give some problems \"split\": \"heldout\".")
+    if ps.validation_failed:
+        out.append(f"{ps.validation_failed} failing validation" if short else
+                   f"{ps.validation_failed} problem{'s' if ps.validation_failed != 1 else ''} of this set "
+                   "failed validation (the reference solution fails or an empty one passes): their rewards "
+                   "do not measure correct code.")
+    if problems_per_step is not None and ps.train_count < problems_per_step:
+        out.append(f"This set has only {ps.train_count} train problem{'s' if ps.train_count != 1 else ''} but "
+                   f"problems_per_step is {problems_per_step}: each step trains on {ps.train_count}, "
+                   "a smaller batch than configured.")
+    return out
 
 
 def _set(config: dict, dotted: str, value: Any) -> None:

@@ -30,6 +30,7 @@ class Run(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
+    notes = models.TextField(blank=True, default="", help_text="the user's notes or tags, free text")
     problem_set = models.ForeignKey("problems.ProblemSet", null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="runs")
     config = models.JSONField(default=dict, help_text="the full merged run config (training.config)")

@@ -31,7 +31,58 @@ def run_summary(run: Run) -> dict:
         "evals": evals(run),
         "created": iso(run.created), "started": iso(run.started), "finished": iso(run.finished),
         "resume_count": run.resume_count,
+        "queue": queue(run),
     }
+
+
+def queue(run: Run) -> dict | None:
+    """Where a queued run stands on the gpu queue: ``{position (1 = next), running}``; None once it left.
+
+    Counts every user's runs (the queue is shared) but names none of them.
+    """
+    if run.status != "queued":
+        return None
+    ahead = Run.objects.filter(status="queued", created__lt=run.created).count()
+    running = Run.objects.filter(status__in=("running", "cancelling")).count()
+    return {"position": ahead + 1, "running": running}
+
+
+def experiment_rows(runs) -> list[dict]:
+    """The runs list as an experiment table: held-out pass@1 before / after / best, the last step's
+    total reward and the duration, for every run in two queries."""
+    from django.db.models import JSONField, OuterRef, Subquery
+    from django.utils import timezone
+
+    latest = StepMetric.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
+    runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField())))
+    by_run: dict[int, list[tuple[int, float]]] = {}
+    for run_id, step, p1 in (Eval.objects.filter(run__in=[r.pk for r in runs], split="heldout", pass_at_1__isnull=False)
+                             .order_by("step").values_list("run_id", "step", "pass_at_1")):
+        by_run.setdefault(run_id, []).append((step, p1))
+    now = timezone.now()
+    rows = []
+    for run in runs:
+        points = by_run.get(run.pk, [])
+        reward = (run.latest_metrics or {}).get("reward/mean")
+        end = run.finished or (now if run.status in ("running", "cancelling") else None)
+        rows.append({"run": run, "before": points[0][1] if points else None,
+                     "after": points[-1][1] if len(points) > 1 else None,
+                     "best": max(p for _, p in points) if points else None,
+                     "reward": reward if isinstance(reward, (int, float)) else None,
+                     "duration_s": (end - run.started).total_seconds() if run.started and end else None})
+        rows[-1]["duration"] = duration_text(rows[-1]["duration_s"])
+    return rows
+
+
+def duration_text(seconds: float | None) -> str:
+    """As the run page's ETA writes durations: 42 s, 3 min 5 s, 1.5 h."""
+    if seconds is None:
+        return ""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    return f"{round(seconds)} s"
 
 
 def run_list_item(run: Run) -> dict:
@@ -92,9 +143,13 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
 
 
 def checkpoints(run: Run) -> list[dict]:
+    from .archive import best_checkpoint_ids, heldout_points
+
+    rows = list(Checkpoint.objects.filter(run=run).order_by("step", "kind"))
+    at, best = dict(heldout_points(run)), best_checkpoint_ids(run, rows)
     return [{"id": c.pk, "step": c.step, "kind": c.kind, "path": c.path, "size_bytes": c.size_bytes,
-             "download_url": f"/api/runs/{run.pk}/checkpoints/{c.pk}/download"}
-            for c in Checkpoint.objects.filter(run=run).order_by("step", "kind")]
+             "download_url": f"/api/runs/{run.pk}/checkpoints/{c.pk}/download",
+             "heldout_pass_at_1": at.get(c.step), "best": c.pk in best} for c in rows]
 
 
 def sandbox_health(run: Run) -> dict:

@@ -256,12 +256,29 @@ def _apply(run: Run, kind: str, step: int | None, event: dict) -> None:
     elif kind == "problem" and step is not None and event.get("problem_id") is not None:
         _apply_problem(run, step, event)
     elif kind == "eval" and step is not None:
-        Eval.objects.update_or_create(run=run, step=step, split=str(event.get("split") or "heldout"), defaults={
+        split = str(event.get("split") or "heldout")
+        Eval.objects.update_or_create(run=run, step=step, split=split, defaults={
             "pass_at_1": event.get("pass@1"), "pass_at_k": event.get("pass@k") or {}, "time": event.get("time")})
+        if isinstance(event.get("per_problem"), dict):
+            _apply_eval_problems(run, step, split, event["per_problem"])
     elif kind == "checkpoint" and isinstance(event.get("path"), str):
         path = event["path"]
         Checkpoint.objects.update_or_create(run=run, path=path, defaults={
             "step": step or 0, "kind": str(event.get("kind") or "adapter"), "size_bytes": directory_size(run, path)})
+
+
+def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> None:
+    """Held-out problems join the per-problem table: their pass@1 at each evaluation is their history,
+    so the first and last points are the before → after of that problem."""
+    for problem_id, result in per_problem.items():
+        if not isinstance(result, dict) or not isinstance(result.get("pass@1"), (int, float)):
+            continue
+        stat, _ = ProblemStat.objects.get_or_create(run=run, problem_id=str(problem_id), defaults={"split": split})
+        stat.history = sorted([h for h in stat.history if h[0] != step] + [[step, float(result["pass@1"])]])
+        stat.pass_rate = stat.history[-1][1]
+        stat.last_step = max(stat.last_step, step)
+        stat.split = split
+        stat.save(update_fields=["history", "pass_rate", "last_step", "split"])
 
 
 def _apply_problem(run: Run, step: int, event: dict) -> None:

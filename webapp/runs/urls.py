@@ -7,8 +7,10 @@ urlpatterns = [
     path("runs/new", views.run_new, name="run-new"),
     path("runs/compare", views.run_compare, name="run-compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/edit", views.run_edit, name="run-edit"),
     path("runs/<int:run_id>/cancel", views.run_cancel, name="run-cancel"),
     path("runs/<int:run_id>/resume", views.run_resume, name="run-resume"),
+    path("runs/<int:run_id>/config.yaml", views.run_config_yaml, name="run-config-yaml"),
     path("runs/<int:run_id>/runtime", views.run_runtime, name="run-runtime"),
     path("runs/<int:run_id>/problems/<path:problem_id>/candidates", views.run_candidates, name="run-candidates"),
 ]

@@ -1,6 +1,7 @@
 """Run pages: list, new (form + presets), detail (live), candidates fragment, compare, cancel/resume."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 from django.contrib import messages
@@ -15,8 +16,9 @@ from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
 
 from . import queries, runtime, services
+from .archive import config_yaml
 from .forms import RunForm, flatten
-from .models import Run, RunEvent, StepMetric, TransitionError
+from .models import ProblemStat, Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
 from .services import merge_config, default_config
 
@@ -32,16 +34,41 @@ def _run(request: HttpRequest, run_id: int) -> Run:
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.visible_to(request.user).select_related("problem_set", "owner").order_by("-created")
-    return render(request, "runs/list.html", {"runs": runs})
+    return render(request, "runs/list.html", {"rows": queries.experiment_rows(runs)})
+
+
+@require_POST
+def run_edit(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Rename a run and keep notes or tags on it."""
+    run = _run(request, run_id)
+    name = request.POST.get("name", "").strip()
+    notes = request.POST.get("notes", "").strip()
+    if not name or len(name) > 200 or len(notes) > 5000:
+        messages.error(request, "A run needs a name of at most 200 characters; notes hold at most 5,000.")
+    else:
+        run.name, run.notes = name, notes
+        run.save(update_fields=["name", "notes"])
+    return redirect("run-detail", run_id=run.pk)
 
 
 @require_http_methods(["GET", "POST"])
 def run_new(request: HttpRequest) -> HttpResponse:
-    preset = get_preset(request.GET.get("preset", "cpu-demo")) or presets()[0]
+    # The preset the user last picked (run_new.js keeps it in the form) frames "changed from the preset".
+    preset = get_preset(request.POST.get("preset") or request.GET.get("preset", "cpu-demo")) or presets()[0]
     initial_config = merge_config(default_config(), preset["config"])
+    # ?clone=<id>: the form starts from that run's config and set; the launch bar lists changes from it.
+    clone = int_param(request.GET.get("clone"))
+    clone = Run.objects.visible_to(request.user).filter(pk=clone).first() if clone is not None else None
+    if clone is not None:
+        initial_config = merge_config(default_config(), {k: v for k, v in clone.config.items() if k != "problems"})
+        preset = {"name": f"run-{clone.pk}", "title": f"run #{clone.pk} {clone.name}", "config": initial_config}
+    warnings: list[str] = []
     if request.method == "POST":
         form = RunForm(request.POST, user=request.user, initial_config=initial_config)
         if form.is_valid():
+            warnings = form.launch_warnings()
+        # Confirming covers the warnings the user saw: a change that brings different ones asks again.
+        if form.is_valid() and (not warnings or request.POST.get("confirm_warnings") == _digest(warnings)):
             overrides = {k: v for k, v in form.config.items() if k != "problems"}
             try:
                 run = services.create_run(request.user, form.cleaned_data["name"], form.cleaned_data["problem_set"],
@@ -52,22 +79,46 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 if run.enqueued is False:
                     messages.warning(request, f"Run {run.name} is queued, but the task queue (Redis) is "
                                               "unreachable; it starts by itself once Redis is back.")
-                else:
-                    messages.success(request, f"Run {run.name} queued.")
                 return redirect("run-detail", run_id=run.pk)
     else:
-        initial = {"name": f"{preset['name']} run"}
-        problem_set = int_param(request.GET.get("problem_set"))
+        initial = {"name": f"{clone.name} (clone)" if clone else f"{preset['name']} run"}
+        problem_set = int_param(request.GET.get("problem_set")) or (clone.problem_set_id if clone else None)
         if problem_set is not None:
             initial["problem_set"] = problem_set
         form = RunForm(user=request.user, initial=initial, initial_config=initial_config)
-        if "problem_set" not in initial:  # preselect the newest set rather than an empty "---------"
-            newest = form.fields["problem_set"].queryset.first()
-            if newest is not None:
-                form.initial["problem_set"] = newest.pk
+        if "problem_set" not in initial:
+            default = _default_problem_set(form.fields["problem_set"].queryset,
+                                           initial_config["sampling"]["problems_per_step"])
+            if default is not None:
+                form.initial["problem_set"] = default.pk
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
-                     "values": flatten(merge_config(default_config(), p["config"]))} for p in presets()]
-    return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset})
+                     "values": flatten(merge_config(default_config(), p["config"]))}
+                    for p in presets() + ([preset] if clone else [])]
+    from .forms import set_warnings
+
+    # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
+    set_facts = {ps.pk: {"train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
+                 for ps in form.fields["problem_set"].queryset}
+    return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
+                                             "launch_warnings": warnings, "warnings_digest": _digest(warnings),
+                                             "set_facts": set_facts})
+
+
+def _digest(warnings: list[str]) -> str:
+    return hashlib.sha256("\n".join(warnings).encode()).hexdigest()[:16]
+
+
+def _default_problem_set(sets, problems_per_step: int):
+    """The newest set a run can train and evaluate on as configured; the newest set when none is clean.
+
+    The newest upload is often a small scratch file without a held-out split; preselecting it made
+    runs that could never report held-out pass@1.
+    """
+    from .forms import set_warnings
+
+    sets = list(sets[:50])
+    return next((ps for ps in sets if ps.train_count and not set_warnings(ps, problems_per_step)),
+                next((ps for ps in sets if ps.train_count and ps.heldout_count), sets[0] if sets else None))
 
 
 @require_GET
@@ -82,10 +133,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
     latest = StepMetric.objects.filter(run=run).order_by("-step").values_list("step", "metrics").first()
     state = json.dumps({
-        "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started)},
+        "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started),
+                                             "queue": queries.queue(run)},
         "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
         "last_seq": -1 if last_seq is None else last_seq,
-        "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN,
+        "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN, "config_facts": _config_facts(run.config),
         "mismatch_warning": latest and runtime.mismatch_warning(latest[1], latest[0],
                                                                 tis_cap=runtime.tis_cap_of(run.config)),
     })
@@ -94,9 +146,18 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     state = mark_safe(state.translate(_JSON_SCRIPT_ESCAPES))
     return render(request, "runs/detail.html", {
         "run": run, "state": state, "headline": queries.headline(run_evals),
-        "config_summary": _config_summary(run.config), "config_flat": sorted(flatten(run.config).items()),
+        "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)),
     })
+
+
+@require_GET
+def run_config_yaml(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run's config as a file that ``python -m training run --config`` takes."""
+    run = _run(request, run_id)
+    response = HttpResponse(config_yaml(run), content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.pk}.yaml"'
+    return response
 
 
 @require_GET
@@ -104,6 +165,30 @@ def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
     """HTML fragment: the runtime panel (the page fetches it when a live ``start`` event arrives)."""
     run = _run(request, run_id)
     return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
+
+
+def _config_facts(config: dict) -> dict:
+    """What the run page needs to know which panels are 0 by construction (clip fraction, KL)."""
+    if not config:
+        return {}
+    ppo, sampling = config.get("ppo", {}), config.get("sampling", {})
+    batch = sampling.get("problems_per_step", 0) * sampling.get("candidates_per_problem", 0)
+    minibatch = ppo.get("minibatch_size")
+    return {"epochs_per_batch": ppo.get("epochs_per_batch"), "kl_coef": ppo.get("kl_coef"),
+            "single_minibatch": minibatch is None or minibatch >= batch}
+
+
+def _reward_note(dimension: str, value, candidate: dict) -> str:
+    """Why a dimension reads as it does where the number alone looks like a bug."""
+    if dimension == "efficiency" and not value and not candidate.get("passed"):
+        # training.rewards.efficiency: otherwise fast wrong answers would be rewarded
+        return "0 by design: only a candidate that passes every test earns efficiency"
+    return ""
+
+
+def _shown(value) -> str:
+    """A config value as the YAML config spells it (null, true, [..]), never Python's None/True."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _config_summary(config: dict) -> list[tuple[str, str]]:
@@ -142,9 +227,12 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     shown = candidates[:50]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
-        c["rewards_list"] = sorted(c["rewards"].items())
+        c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
+    heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
+    evaluations = [(step, round(100 * rate)) for step, rate in heldout.history] if heldout else []
     return render(request, "runs/_candidates.html", {"run": run, "problem_id": problem_id, "candidates": shown,
-                                                     "total": len(candidates), "status": status or "all"})
+                                                     "total": len(candidates), "status": status or "all",
+                                                     "heldout": heldout is not None, "evaluations": evaluations})
 
 
 @require_POST
@@ -179,13 +267,16 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     missing = [i for i in ids if i not in runs]
     if missing:
         raise Http404(f"no run {missing[0]}")
+    if len(ids) < 2:
+        messages.error(request, "Tick at least two runs in the list to compare them.")
+        return redirect("run-list")
     ordered = [runs[i] for i in ids]
     # config["problems"] is each run's own copy of the problems file, so it always differs: show the set.
     flats = [{k: v for k, v in flatten(r.config).items() if k != "problems"}
              | {"problem set": r.problem_set.name if r.problem_set else "(deleted)"} for r in ordered]
     keys = sorted(set().union(*flats)) if flats else []
     diff = [(k, [f.get(k) for f in flats]) for k in keys]
-    differing = [(k, values) for k, values in diff if len({repr(v) for v in values}) > 1]
+    differing = [(k, [_shown(v) for v in values]) for k, values in diff if len({repr(v) for v in values}) > 1]
     series = [{"id": r.pk, "name": r.name, "metrics": queries.metrics(r), "evals": queries.evals(r)} for r in ordered]
     return render(request, "runs/compare.html", {"runs": ordered, "differing": differing,
                                                  "same": len(diff) - len(differing), "series": series})

@@ -108,9 +108,12 @@ def start_event(**runtime_changes):
             "time": time.time()}
 
 
-def eval_event(step, p1):
-    return {"event": "eval", "step": step, "split": "heldout", "pass@1": p1, "pass@k": {"2": min(1.0, p1 + 0.1)},
-            "time": time.time()}
+def eval_event(step, p1, per_problem=None):
+    event = {"event": "eval", "step": step, "split": "heldout", "pass@1": p1, "pass@k": {"2": min(1.0, p1 + 0.1)},
+             "time": time.time()}
+    if per_problem is not None:  # {problem_id: pass@1}, as the trainer's per_problem
+        event["per_problem"] = {pid: {"n": 4, "c": round(4 * v), "pass@1": v} for pid, v in per_problem.items()}
+    return event
 
 
 def write_events(path: Path, events: list[dict], *, partial: str = "") -> None:

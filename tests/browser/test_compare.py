@@ -1,0 +1,78 @@
+"""Compare in a browser: the list's button needs two runs; the metric picker shows names, not keys."""
+import pytest
+
+from tests.webapp.runs.conftest import TINY_OVERRIDES, make_problem_set
+
+from .conftest import login
+from .test_run_flow import wait_until
+from .test_run_page import finished  # noqa: F401 (fixture)
+
+
+def test_the_compare_button_waits_for_two_runs(page, live_server_url, user):
+    from webapp.runs.services import create_run
+
+    ps = make_problem_set(user)
+    for name in ("a", "b"):
+        create_run(user, name, ps, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/")
+    button = page.locator("#compare-button")
+    assert button.is_disabled() and button.inner_text() == "Compare: tick 2 more runs"
+    page.locator(".compare-pick").nth(0).check()
+    assert button.is_disabled() and button.inner_text() == "Compare: tick 1 more run"
+    page.locator(".compare-pick").nth(1).check()
+    assert button.is_enabled() and button.inner_text() == "Compare 2 runs"
+    button.click()
+    page.wait_for_url("**/runs/compare?ids=*")
+
+
+def test_the_metric_picker_lists_names(page, live_server_url, user, finished, output_dir):
+    from webapp.runs.services import create_run
+
+    other = create_run(user, "other", finished.problem_set, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/compare?ids={finished.pk},{other.pk}")
+    wait_until(page, "document.querySelectorAll('#metric-pick option').length > 0", 10)
+    options = page.evaluate("Array.from(document.querySelectorAll('#metric-pick option'))"
+                            ".map(o => [o.value, o.textContent])")
+    names = dict(options)
+    assert names["reward/pass_rate"] == "reward: tests passed (train)" and names["kl"] == "KL to the reference model"
+    assert all(text != key for key, text in options)  # no raw keys
+    page.screenshot(path=str(output_dir / "compare.png"), full_page=True)
+
+
+def test_a_run_keeps_its_colour_whatever_the_order_and_steps_are_whole(page, live_server_url, user, finished):
+    from webapp.runs.services import create_run
+
+    other = create_run(user, "other", finished.problem_set, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    colours = []
+    for ids in (f"{finished.pk},{other.pk}", f"{other.pk},{finished.pk}"):
+        page.goto(f"{live_server_url}/runs/compare?ids={ids}")
+        wait_until(page, "document.getElementById('compare-reward').data !== undefined", 10)
+        colours.append(page.evaluate("Object.fromEntries(document.getElementById('compare-reward').data"
+                                     ".map(t => [t.name, t.line.color]))"))
+        layout = page.evaluate("(() => { const l = document.getElementById('compare-reward').layout;"
+                               " return [l.hovermode, l.xaxis.dtick, l.xaxis.tickformat]; })()")
+        assert layout == ["x unified", 1, "d"]
+    assert colours[0] == colours[1]
+    assert colours[0][f"#{finished.pk} finished run"] == page.evaluate(f"CrucibleCharts.runColour({finished.pk})")
+
+
+def test_compare_smooths_and_logs_like_the_run_page(page, live_server_url, user, finished):
+    from webapp.runs.services import create_run
+
+    other = create_run(user, "other", finished.problem_set, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/compare?ids={finished.pk},{other.pk}")
+    wait_until(page, "document.getElementById('compare-reward').data !== undefined", 10)
+    page.fill("#chart-smoothing", "0.5")
+    page.dispatch_event("#chart-smoothing", "input")
+    page.check("#chart-log-y")
+    data = page.evaluate("document.getElementById('compare-reward').data"
+                         ".map(t => [t.name, t.meta || null, Array.from(t.y)])")
+    raw = [d for d in data if d[1] == "raw"]
+    assert len(raw) == 1 and raw[0][2] == pytest.approx([0.4, 0.5, 0.6])  # the finished run's raw rewards
+    assert page.evaluate("document.getElementById('compare-reward').layout.yaxis.type") == "log"
+    page.reload()
+    assert page.is_checked("#chart-log-y") and page.input_value("#chart-smoothing") == "0.5"

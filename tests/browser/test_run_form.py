@@ -1,0 +1,62 @@
+"""The new-run form in a browser: the sticky launch bar, what changed from the preset, bounds checked here."""
+from tests.webapp.runs.conftest import make_problem_set, problem_lines
+
+from .conftest import login
+from .test_run_flow import demo_tiny_model  # noqa: F401 (a fixture: the preset's model must exist to launch)
+
+
+def test_the_launch_bar_stays_in_view_and_lists_changes_from_the_preset(page, live_server_url, user, output_dir):
+    ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    assert page.locator("#launch").is_visible()  # at the top of a long form, no scrolling
+    box = page.locator("#launch-bar").bounding_box()
+    assert box["y"] + box["height"] <= 1000 + 1
+    assert "unchanged" in page.locator("#preset-changes").inner_text()
+    page.fill("input[name='ppo.kl_coef']", "0.05")
+    page.locator("input[name='ppo.kl_coef']").dispatch_event("change")
+    assert "ppo.kl_coef 0.01 → 0.05" in page.locator("#preset-changes").inner_text()
+    page.screenshot(path=str(output_dir / "new-run-form.png"))
+
+
+def test_out_of_range_numbers_are_refused_before_the_form_is_sent(page, live_server_url, user):
+    ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    page.evaluate("window.__sameDocument = true")
+    page.fill("input[name='sampling.candidates_per_problem']", "1")
+    page.fill("input[name='ppo.clip_range']", "0")
+    page.click("#launch")
+    assert page.evaluate("window.__sameDocument === true")  # nothing was sent
+    errors = page.locator("[data-field='sampling.candidates_per_problem'] .errorlist")
+    assert "must be >= 2 and <= 256; got 1" in errors.inner_text()
+    assert "must be > 0.0 and < 1.0; got 0" in page.locator("[data-field='ppo.clip_range'] .errorlist").inner_text()
+
+
+def test_a_set_without_held_out_problems_is_questioned_before_launch(page, live_server_url, user, output_dir,
+                                                                     demo_tiny_model):
+    ps = make_problem_set(user, "scratch upload", problem_lines(4, 0))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    page.click("#launch")
+    page.wait_for_selector("#launch-warnings")
+    assert "no held-out problems" in page.locator("#launch-warnings").inner_text()
+    page.screenshot(path=str(output_dir / "new-run-warnings.png"))
+    page.click("#launch")  # "Launch anyway"
+    page.wait_for_url("**/runs/*/")
+    assert "has no held-out problems" in page.locator("#headline").inner_text()
+
+
+def test_the_launch_bar_names_what_the_chosen_set_lacks_before_launch(page, live_server_url, user, output_dir):
+    good = make_problem_set(user, "with held-out", problem_lines(8, 2))
+    scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={good.pk}")
+    assert page.locator("#set-issues").is_hidden()
+    page.select_option("select[name=problem_set]", str(scratch.pk))
+    issues = page.locator("#set-issues")
+    assert issues.is_visible() and "no held-out problems" in issues.inner_text()
+    assert "only 4 train problems for problems_per_step 8" in issues.inner_text()
+    page.fill("input[name='sampling.problems_per_step']", "4")
+    assert "problems_per_step" not in issues.inner_text()
+    page.screenshot(path=str(output_dir / "new-run-set-issues.png"))

@@ -1,0 +1,176 @@
+"""The run page of a finished run in a browser: its config, per-problem table and charts."""
+import pytest
+
+from tests.webapp.runs.conftest import TINY_OVERRIDES, full_run_events, make_problem_set, write_events
+
+from .conftest import login
+
+
+@pytest.fixture
+def finished(user, settings, tmp_path):
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "finished run", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    events = full_run_events(run.path, steps=3)
+    for e in events:
+        for c in e.get("candidates", []):  # every reward dimension, as the trainer reports them
+            passed = c["result"]["status"] == "passed"
+            c["rewards"] |= {"efficiency": 0.9 if passed else 0.0, "conciseness": 1.0, "format": 1.0}
+    for e in events:  # the held-out problem's own pass@1 at each evaluation, as the trainer reports it
+        if e["event"] == "eval":
+            before = e["step"] == 0
+            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if before else 3, "pass@1": 0.25 if before else 0.75}}
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    return run
+
+
+def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, finished, output_dir):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.click("#config-details summary")
+    assert "ppo:\n  learning_rate:" in page.locator("#config-yaml").inner_text()
+    page.click("#copy-config")
+    page.wait_for_selector("#copy-config-done:not([hidden])")
+    assert page.evaluate("navigator.clipboard.readText()").startswith("# problems:")
+    page.locator("#config-details").screenshot(path=str(output_dir / "run-config-yaml.png"))
+
+
+def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_server_url, finished, output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    order = page.evaluate("Array.from(document.querySelectorAll('#problems tr[data-problem]'))"
+                          ".map(r => r.dataset.problem)")
+    assert order[-1] == "add-3"  # held-out rows after the train rows, whose candidates can be inspected
+    row = page.locator("#problems tr[data-problem='add-3']")
+    assert row.locator("td").nth(1).inner_text() == "heldout"
+    assert row.locator("td").nth(3).inner_text() == "25% → 75%"
+    row.click()
+    page.wait_for_selector("#heldout-evaluations")
+    assert "step 0: 25% → step 3: 75%" in page.locator("#heldout-evaluations").inner_text()
+    panes = page.locator("div.grid.two", has=page.locator("#problems-table"))
+    panes.screenshot(path=str(output_dir / "run-problems-heldout.png"))
+
+
+def test_a_failing_candidates_zero_efficiency_is_explained(page, live_server_url, finished, output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.locator("#problems tr[data-problem='HumanEval/0']").click()
+    page.wait_for_selector("#candidates details.candidate")
+    first = page.locator("#candidates details.candidate").first
+    if not first.evaluate("d => d.open"):
+        first.locator("summary").click()
+    note = page.locator("#candidates [data-dimension=efficiency] .reward-note").first
+    assert note.is_visible() and "by design" in note.inner_text()
+    page.locator("#candidates").screenshot(path=str(output_dir / "candidate-efficiency-note.png"))
+
+
+def _chart(page, chart_id):
+    return page.evaluate(f"""(() => {{ const gd = document.getElementById('{chart_id}');
+        return {{data: gd.data.map(t => ({{name: t.name, x: Array.from(t.x), y: Array.from(t.y),
+                                           meta: t.meta || null}})),
+                 layout: {{hovermode: gd.layout.hovermode, xtitle: gd.layout.xaxis.title.text,
+                          dtick: gd.layout.xaxis.dtick,
+                          tickformat: gd.layout.xaxis.tickformat, ytype: gd.layout.yaxis.type,
+                          title_x: gd.layout.title.x, title_anchor: gd.layout.title.xanchor}},
+                 folded: gd.dataset.folded, parent: gd.parentNode.id}}; }})()""")
+
+
+def test_the_charts_have_smoothing_log_y_wall_time_and_a_unified_hover(page, live_server_url, finished, output_dir):
+    from tests.browser.test_run_flow import wait_until
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.evaluate("localStorage.removeItem('crucible.charts')")
+    page.reload()
+    wait_until(page, "document.getElementById('chart-reward').data !== undefined", 10)
+    chart = _chart(page, "chart-reward")
+    assert chart["layout"]["hovermode"] == "x unified"
+    assert chart["layout"]["dtick"] == 1 and chart["layout"]["tickformat"] == "d"  # whole steps
+    assert chart["layout"]["title_x"] < 0.1 and chart["layout"]["title_anchor"] == "left"  # clear of the toolbar
+    total = next(t for t in chart["data"] if t["name"] == "total (weighted)")
+    assert total["x"] == [1, 2, 3] and total["y"] == pytest.approx([0.4, 0.5, 0.6])
+
+    page.fill("#chart-smoothing", "0.5")
+    page.dispatch_event("#chart-smoothing", "input")
+    chart = _chart(page, "chart-reward")
+    total = next(t for t in chart["data"] if t["name"] == "total (weighted)")
+    raw = next(t for t in chart["data"] if t["name"] == "total (weighted) (raw)")
+    assert raw["meta"] == "raw" and raw["y"] == pytest.approx([0.4, 0.5, 0.6])
+    assert total["y"][0] == 0.4 and abs(total["y"][1] - (0.25 * 0.4 + 0.5 * 0.5) / 0.75) < 1e-9  # debiased EMA
+
+    page.check("#chart-log-y")
+    assert _chart(page, "chart-kl")["layout"]["ytype"] == "log"
+    page.select_option("#chart-x", "time")
+    chart = _chart(page, "chart-reward")
+    assert chart["layout"]["xtitle"] == "wall time (min)"
+    page.select_option("#chart-x", "tokens")  # step_event: 500 tokens/s over 1 s of rollout a step
+    reward = _chart(page, "chart-reward")
+    assert reward["layout"]["xtitle"] == "generated tokens"
+    assert next(t for t in reward["data"] if t["name"] == "total (weighted)")["x"] == [500, 1000, 1500]
+    page.select_option("#chart-x", "time")
+    page.reload()  # the choices are remembered in this browser
+    assert page.input_value("#chart-x") == "time" and page.is_checked("#chart-log-y")
+    page.locator("#charts-main").screenshot(path=str(output_dir / "run-charts-controls.png"))
+
+
+def test_a_chart_exports_its_data_as_csv(page, live_server_url, finished):
+    from tests.browser.test_run_flow import wait_until
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.evaluate("localStorage.removeItem('crucible.charts')")
+    page.reload()
+    wait_until(page, "document.getElementById('chart-kl').data !== undefined", 10)
+    page.hover("#chart-kl")
+    with page.expect_download() as info:
+        page.click("#chart-kl .modebar-btn[data-title='Download the data as CSV']")
+    download = info.value
+    assert download.suggested_filename == f"run-{finished.pk}-kl.csv"
+    assert open(download.path()).read().splitlines() == ["step,KL", "1,0.001", "2,0.002", "3,0.003"]
+    titles = page.evaluate("Array.from(document.querySelectorAll('#chart-kl .modebar-btn')).map(b => b.dataset.title)")
+    assert any("png" in t.lower() for t in titles), titles
+
+
+def test_a_clip_fraction_that_is_zero_by_construction_is_folded_with_its_reason(page, live_server_url, user, settings,
+                                                                               tmp_path, output_dir):
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "one epoch", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    events = [step_event(s) for s in (1, 2)]
+    for e in events:
+        e["metrics"]["clip_frac"] = 0.0
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "document.getElementById('chart-clip').data !== undefined", 10)
+    clip = _chart(page, "chart-clip")
+    assert clip["folded"] == "true" and clip["parent"] == "charts-folded"
+    assert _chart(page, "chart-kl")["parent"] == "charts-main"  # KL moved off 0: not folded
+    more = page.locator("#charts-more")
+    assert more.is_visible() and "1 panel" in more.locator("summary").inner_text()
+    more.locator("summary").click()
+    assert "one PPO epoch over the whole batch" in page.locator("#charts-more-reasons").inner_text()
+    page.locator("#charts-more").screenshot(path=str(output_dir / "run-charts-folded.png"))
+
+
+def test_the_best_checkpoint_is_marked(page, live_server_url, finished, output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    row = page.locator("#checkpoints tr.best-checkpoint")
+    assert row.count() == 1 and "75%" in row.inner_text() and "best" in row.inner_text()
+    row.locator("xpath=ancestor::section[1]").screenshot(path=str(output_dir / "run-checkpoints.png"))

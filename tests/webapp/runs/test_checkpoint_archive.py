@@ -1,0 +1,79 @@
+"""Checkpoints: the best one is marked; the archive says what the adapter is, and names its base portably."""
+import io
+import json
+import tarfile
+
+import yaml
+
+from webapp.runs.services import create_run
+
+from .conftest import TINY_OVERRIDES, eval_event, full_run_events
+from .test_heldout_problems import _ingest
+
+
+def _archive(client, url) -> dict[str, bytes]:
+    r = client.get(url)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(r.streaming_content)), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
+def _finished(run, base_model="/srv/crucible/models/tiny"):
+    events = full_run_events(run.path, steps=2)
+    (run.path / "checkpoints" / "step-2" / "adapter_config.json").write_text(
+        json.dumps({"r": 8, "base_model_name_or_path": base_model}))
+    peft_template = "---\nbase_model: /srv\n---\n# Model Card for Model ID\n"
+    (run.path / "checkpoints" / "step-2" / "README.md").write_text(peft_template)
+    _ingest(run, events)
+
+
+def test_the_archive_carries_a_model_card_the_config_and_a_metrics_summary(client_alice, run):
+    _finished(run)
+    [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()
+    files = _archive(client_alice, ckpt["download_url"])
+    card = files["step-2/README.md"].decode()
+    assert "Model Card for Model ID" not in card  # peft's empty template is replaced
+    assert "base_model: tiny" in card and "25.0% before training, 75.0% at this checkpoint" in card
+    assert "small set: 3 train / 1 held-out problems" in card
+    assert yaml.safe_load(files["step-2/crucible_run.yaml"])["train"]["steps"] == 3
+    summary = json.loads(files["step-2/metrics_summary.json"])
+    assert summary["heldout_pass@1"]["before"] == 0.25 and summary["heldout_pass@1"]["at_checkpoint"] == 0.75
+    assert summary["train_metrics_at_checkpoint"]["step"] == 2
+
+
+def test_the_base_model_is_never_a_server_path(client_alice, run):
+    _finished(run)
+    [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()
+    config = json.loads(_archive(client_alice, ckpt["download_url"])["step-2/adapter_config.json"])
+    assert config == {"r": 8, "base_model_name_or_path": "tiny"}  # models/tiny, by its directory name
+    # on disk the trainer's file is untouched
+    assert "/srv/" in (run.path / "checkpoints" / "step-2" / "adapter_config.json").read_text()
+
+
+def test_a_hub_base_stays_a_hub_id_and_a_run_checkpoint_names_that_runs_base(user):
+    from webapp.runs.archive import public_base_name
+
+    assert public_base_name({"model": {"name_or_path": "Qwen/Qwen3.5-9B"}}) == "Qwen/Qwen3.5-9B"
+    assert public_base_name({"model": {"name_or_path": "models/tiny-qwen3_5"}}) == "tiny-qwen3_5"
+    from webapp.runs.models import Run
+
+    source = Run.objects.create(owner=user, name="src", config={"model": {"name_or_path": "Qwen/Qwen3-0.6B"}})
+    assert public_base_name({"model": {"name_or_path": f"run:{source.pk}/step-20"}}) == "Qwen/Qwen3-0.6B"
+
+
+def test_the_checkpoint_with_the_best_held_out_pass_is_marked(client_alice, user, problem_set, run):
+    _finished(run)
+    ckpt_dir = run.path / "checkpoints" / "step-1"
+    ckpt_dir.mkdir()
+    (ckpt_dir / "adapter_config.json").write_text("{}")
+    _ingest(run, [eval_event(1, 0.9), {"event": "checkpoint", "step": 1, "path": "checkpoints/step-1",
+                                       "kind": "adapter", "time": 0}])
+    rows = {c["step"]: c for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()}
+    assert rows[1]["best"] is True and rows[2]["best"] is False
+    assert rows[1]["heldout_pass_at_1"] == 0.9 and rows[2]["heldout_pass_at_1"] == 0.75
+
+
+def test_no_checkpoint_is_best_when_none_beats_the_base_model(client_alice, run):
+    _ingest(run, [eval_event(0, 0.5)])
+    _finished(run)  # its checkpoint at step 2 scores 0.75, but...
+    _ingest(run, [eval_event(0, 0.8)])  # ...the base model scored 0.8 before training
+    assert not any(c["best"] for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json())

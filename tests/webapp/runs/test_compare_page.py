@@ -1,0 +1,23 @@
+"""Compare: fewer than two runs is explained, and config values read as the YAML config spells them."""
+from webapp.runs.services import create_run
+
+from .conftest import TINY_OVERRIDES
+
+
+def test_compare_with_fewer_than_two_runs_says_why(client_alice, run):
+    for url in ("/runs/compare?ids=", f"/runs/compare?ids={run.pk}"):
+        r = client_alice.get(url, follow=True)
+        assert r.redirect_chain[-1][0] == "/runs/"
+        assert "Tick at least two runs" in r.content.decode()
+
+
+def test_compare_spells_values_as_the_config_does(client_alice, user, problem_set, run):
+    other = create_run(user, "other", problem_set, TINY_OVERRIDES | {"ppo": {"clip_range_high": 0.3}})
+    html = client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
+    row = html.split("<code>ppo.clip_range_high</code>")[1].split("</tr>")[0]
+    assert "<code>null</code>" in row and "<code>0.3</code>" in row and "None" not in row
+
+
+def test_the_compare_page_loads_the_shared_metric_names(client_alice, user, problem_set, run):
+    other = create_run(user, "other", problem_set, TINY_OVERRIDES)
+    assert "js/metrics.js" in client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
