@@ -1,8 +1,8 @@
 """`make run`: one command from a fresh clone to a running Crucible.
 
 Starts (or reuses) the embedded Redis, migrates, creates the local admin on first start, loads the
-demo problem set, builds the tiny CPU models (Qwen3 and Qwen3.5, side by side), then runs the Celery workers (queues `gpu` and `sandbox`)
-and daphne as children, and keeps them up: a child that exits, or the embedded Redis, is restarted
+demo problem set, builds the tiny CPU Qwen3 model, then runs the Celery workers (queues `gpu` and
+`sandbox`) and daphne as children (and builds the tiny Qwen3.5 model beside them, once), and keeps them up: a child that exits, or the embedded Redis, is restarted
 with a message (at most ``MAX_RESTARTS`` times in ``RESTART_WINDOW_S`` per service; past that the
 app stops, since something is broken for good). Ctrl-C (or SIGTERM) stops every child process
 group, then Redis.
@@ -29,27 +29,35 @@ def _manage(*args: str, env: dict) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
 
 
-def prepare(env: dict) -> None:
-    """Everything before the servers start; idempotent, so every `make run` can call it."""
+def prepare(env: dict) -> dict[str, list[str]]:
+    """Everything before the servers start; idempotent, so every `make run` can call it. -> the model
+    builds to run beside the servers (``BACKGROUND_MODELS`` not built yet)."""
     _manage("migrate", "--noinput", "-v", "0", env=env)
     _manage("ensure_admin", env=env)
     from webapp import env as envmod
 
     models_dir = envmod.data_dir() / "models"
     demo = ROOT / "data" / "demo" / "problems.jsonl"
+    later: dict[str, list[str]] = {}
     if (ROOT / "training" / "tiny_model.py").exists():
         builds = missing_model_builds(models_dir, demo)
-        if builds:
-            _say(f"Building the tiny CPU demo model{'s' if len(builds) > 1 else ''} {', '.join(builds)} into "
-                 f"{models_dir} (once, side by side: a few minutes)...")
-            run_all(builds, env)
+        now = {name: command for name, command in builds.items() if name not in BACKGROUND_MODELS}
+        later = {name: command for name, command in builds.items() if name in BACKGROUND_MODELS}
+        if now:
+            _say(f"Building the tiny CPU demo model {', '.join(now)} into {models_dir} (once; about a minute)...")
+            run_all(now, env)
     if demo.exists():
         _manage("load_demo", env=env)
+    return later
 
 
 # The CPU demo's models, built under $CRUCIBLE_DATA_DIR/models/ on first start (name -> tiny-model --arch);
 # the presets name them models/<name>.
 DEMO_MODELS = {"tiny": "qwen3", "tiny-qwen3_5": "qwen3_5"}
+# Built beside the running app rather than before it: its warm start takes a few minutes on 2 cores
+# (the linear-attention layers run transformers' PyTorch fallback), and the first demo needs only
+# models/tiny. Its preset is refused, naming the installed models, until the build is done.
+BACKGROUND_MODELS = frozenset({"tiny-qwen3_5"})
 
 
 def missing_model_builds(models_dir: Path, warmup_problems: Path) -> dict[str, list[str]]:
@@ -116,6 +124,29 @@ def stop_children(children: list[tuple[str, subprocess.Popen]]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)  # stragglers and grandchildren alike
         except ProcessLookupError:
             pass
+
+
+class BackgroundBuilds:
+    """Model builds running beside the app; each says, once, when it is done or has failed."""
+
+    def __init__(self, commands: dict[str, list[str]], env: dict, say: Callable[[str], None] = _say):
+        self.say = say
+        self.procs = {name: start_child(command, env) for name, command in commands.items()}
+        for name in self.procs:
+            say(f"building models/{name} in the background (once; a few minutes): its preset works when it is done")
+
+    def check(self) -> None:
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                continue
+            del self.procs[name]
+            if proc.returncode == 0:
+                self.say(f"models/{name} is built")
+            else:
+                self.say(f"building models/{name} failed (status {proc.returncode}); the next `make run` tries again")
+
+    def stop(self) -> None:
+        stop_children(list(self.procs.items()))
 
 
 RESTART_WINDOW_S = 60.0
@@ -201,6 +232,7 @@ def main() -> int:
     _say(f"data directory: {data_dir}")
     _say(f"redis: {redis_url}")
     services = Services({}, env)
+    builds = BackgroundBuilds({}, env)
     stopping = False
 
     def on_signal(signum, frame):
@@ -210,17 +242,19 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        prepare(env)
+        later = prepare(env)
         if stopping:
             return 130
         services = Services(child_commands(port), env, redis_exited=owned_redis_exited,
                             restart_redis=lambda: ensure_embedded_redis(data_dir))
         services.start()
+        builds = BackgroundBuilds(later, env)
         _say(f"Crucible is up: http://127.0.0.1:{port}/  (Ctrl-C stops everything)")
         password_file = data_dir / "admin-password.txt"
         if password_file.exists():
             _say(f"log in as admin; the password is in {password_file}")
         while not stopping:
+            builds.check()
             reason = services.check()
             if reason:
                 _say(f"{reason}; stopping")
@@ -231,6 +265,7 @@ def main() -> int:
         return 1
     finally:
         _say("stopping...")
+        builds.stop()
         services.stop()
         stop_embedded_redis()
         _say("stopped")

@@ -128,3 +128,23 @@ def test_the_builds_run_side_by_side_and_a_failure_is_raised_after_all_ended(tmp
     with pytest.raises(subprocess.CalledProcessError) as failed:
         run_all({"a": meet("a", "b", code=3), "b": meet("b", "a")}, dict(os.environ))
     assert failed.value.returncode == 3 and failed.value.cmd[0] == sys.executable
+
+
+def test_the_qwen3_5_model_is_built_beside_the_running_app_and_says_when_it_is_done(tmp_path):
+    import sys
+
+    from webapp.launcher import BACKGROUND_MODELS, BackgroundBuilds, missing_model_builds
+
+    builds = missing_model_builds(tmp_path / "models", tmp_path / "demo.jsonl")
+    assert {name for name in builds if name not in BACKGROUND_MODELS} == {"tiny"}  # the only one before start
+    said = []
+    background = BackgroundBuilds({"tiny-qwen3_5": [sys.executable, "-c", "pass"],
+                                   "broken": [sys.executable, "-c", "raise SystemExit(3)"]}, dict(os.environ),
+                                  say=said.append)
+    deadline = time.monotonic() + 30
+    while background.procs and time.monotonic() < deadline:
+        background.check()
+        time.sleep(0.05)
+    assert not background.procs
+    assert "models/tiny-qwen3_5 is built" in said
+    assert any("models/broken failed (status 3)" in line for line in said)

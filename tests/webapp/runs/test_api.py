@@ -142,7 +142,7 @@ def test_presets_are_valid_configs_and_the_demo_points_at_the_tiny_model(client_
     assert str(settings.DATA_DIR) not in json.dumps(presets) and str(settings.MODELS_DIR) not in json.dumps(presets)
 
 
-def test_the_tiny_qwen3_5_demo_differs_from_the_cpu_demo_only_in_its_model_which_make_run_builds(client_alice):
+def test_the_tiny_qwen3_5_demo_differs_from_the_cpu_demo_only_in_its_model_and_length(client_alice):
     from webapp.launcher import DEMO_MODELS
 
     presets = {p["name"]: p for p in client_alice.get("/api/presets").json()}
@@ -150,8 +150,11 @@ def test_the_tiny_qwen3_5_demo_differs_from_the_cpu_demo_only_in_its_model_which
     assert hybrid["title"] == "CPU demo — tiny Qwen3.5 (hybrid attention)"
     assert hybrid["config"]["model"]["name_or_path"] == "models/tiny-qwen3_5"
     assert DEMO_MODELS["tiny-qwen3_5"] == "qwen3_5" and DEMO_MODELS["tiny"] == "qwen3"
+    # 60 steps: a Qwen3.5 step costs about two Qwen3 steps on CPU, and 60 already gain +35 points
     model = dict(hybrid["config"]["model"], name_or_path="models/tiny")
-    assert dict(hybrid["config"], model=model) == presets["cpu-demo"]["config"]
+    train = dict(hybrid["config"]["train"], steps=200, eval_every=40, checkpoint_every=40)
+    assert dict(hybrid["config"], model=model, train=train) == presets["cpu-demo"]["config"]
+    assert hybrid["config"]["train"]["steps"] == 60
 
 
 def test_token_auth_works_and_anonymous_gets_401(client, user, run):
