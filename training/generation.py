@@ -380,17 +380,18 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
     done = torch.zeros(b, dtype=torch.bool, device=device)  # (B,)
     active = torch.arange(b, device=device)  # (B',) rows still in the decoding batch
     temperature, top_k, top_p = float(sampling.temperature), int(sampling.top_k), float(sampling.top_p)
-    scale = temperature if temperature > 0 else 1.0  # the trainer scores greedy samples at temperature 1
+    cut = 0 < top_k or top_p < 1.0
     tokens: list[torch.Tensor] = []
-    logprobs: list[torch.Tensor] = []
+    logprobs = torch.zeros((b, max_new), dtype=torch.float32, device=device)  # (B, max_new)
     for t in range(max_new):
         scores = logits.float()  # (B', V)
-        policy_logprobs = (scores / scale).log_softmax(-1)  # (B', V) what the trainer will score
         if temperature == 0:
             drawn = scores.argmax(-1)  # (B',)
+            tempered = scores  # the trainer scores greedy samples at temperature 1
         else:
             if temperature != 1.0:
                 scores = scores / temperature
+            tempered = scores  # (B', V) what the trainer scores; the cuts below make new tensors
             if 0 < top_k < scores.shape[-1]:  # TopKLogitsWarper
                 kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]  # (B', 1)
                 scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -410,9 +411,13 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
         nxt[active] = drawn
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         tokens.append(nxt)
-        lp = torch.zeros(b, dtype=torch.float32, device=device)  # (B,)
-        lp[active] = policy_logprobs.gather(-1, drawn[:, None]).squeeze(-1)
-        logprobs.append(lp)
+        # The sampler's log-prob of each drawn token under softmax(logits / temperature): without a
+        # top-k/top-p cut the sampling probabilities are exactly that distribution (no second pass).
+        if temperature == 0 or cut:
+            drawn_lp = tempered.gather(-1, drawn[:, None]).squeeze(-1) - torch.logsumexp(tempered, -1)  # (B',)
+        else:
+            drawn_lp = probs.gather(-1, drawn[:, None]).squeeze(-1).log()  # (B',)
+        logprobs[active, t] = drawn_lp
         if eos.numel():
             done = done | torch.isin(nxt, eos)
         if stop is not None:
@@ -435,7 +440,7 @@ def _decode_loop(model: Any, logits: torch.Tensor, position: torch.Tensor, mask:
         if prefix is not None and t == 0:
             _preallocate(cache, max_new)
         logits = out.logits[:, -1, :]
-    return torch.stack(tokens, 1), torch.stack(logprobs, 1)  # (B, T), (B, T)
+    return torch.stack(tokens, 1), logprobs[:, :len(tokens)]  # (B, T), (B, T)
 
 
 _PREFIX_ATTENTION = "crucible_shared_prefix"
