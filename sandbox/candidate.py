@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import warnings
 from dataclasses import dataclass
 
 MAX_CODE_BYTES = 256 * 1024
@@ -116,9 +117,11 @@ def parse(program: str) -> tuple[ast.Module | None, str]:
     if size > MAX_CODE_BYTES:
         return None, f"program is {size} bytes, over the {MAX_CODE_BYTES} byte limit"
     try:
-        tree = ast.parse(program, "<candidate>")
-        # ast.parse accepts a few things the compiler rejects (e.g. `return` outside a function).
-        compile(tree, "<candidate>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # model output: its SyntaxWarnings would flood the caller's stderr
+            warnings.simplefilter("ignore")
+            tree = ast.parse(program, "<candidate>")
+            # ast.parse accepts a few things the compiler rejects (e.g. `return` outside a function).
+            compile(tree, "<candidate>", "exec", dont_inherit=True)
     except SyntaxError as e:
         where = f" (line {e.lineno})" if e.lineno else ""
         return None, f"SyntaxError: {e.msg}{where}"

@@ -18,6 +18,7 @@ import ast
 import builtins
 import math
 import re
+import warnings
 from typing import Iterable
 
 EXIT_BEFORE_TESTS = "exit_before_tests"
@@ -67,7 +68,9 @@ _EXIT_ERRORS = ("SystemExit", "KeyboardInterrupt")
 
 def _parse(code: str) -> ast.Module | None:
     try:
-        return ast.parse(code)
+        with warnings.catch_warnings():  # model output: its SyntaxWarnings would flood the caller's stderr
+            warnings.simplefilter("ignore")
+            return ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
