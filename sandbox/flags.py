@@ -52,10 +52,25 @@ def detect(problem, code: str, result) -> list[str]:
         found.add(EXIT_BEFORE_TESTS)  # SystemExit raised from inside a tested call
     if _spoofed(result.stdout, ctx) or _spoofed(result.stderr, ctx):
         found.add(SPOOFED_OUTPUT)
-    tree = _parse(code)
-    if tree is not None:
-        found |= _Scan(problem, ctx, tree).run()
+    found |= _static_flags(problem, ctx, code)
     return [f for f in VOCABULARY if f in found]
+
+
+_STATIC: dict = {}
+
+
+def _static_flags(problem, ctx: "_Context", code: str) -> frozenset[str]:
+    """The flags read from the program's text alone, remembered per (problem, program): a group of
+    candidates often holds the same program several times, and parsing dominates ``detect``."""
+    key = (problem, code)
+    hit = _STATIC.get(key)
+    if hit is None:
+        tree = _parse(code)
+        hit = frozenset(_Scan(problem, ctx, tree).run()) if tree is not None else frozenset()
+        if len(_STATIC) > 16384:
+            _STATIC.clear()
+        _STATIC[key] = hit
+    return hit
 
 
 def check_names(names: Iterable[str]) -> list[str]:
