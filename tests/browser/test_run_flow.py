@@ -13,19 +13,6 @@ from .conftest import login
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "problems.jsonl"
 
 
-@pytest.fixture(scope="session")
-def demo_tiny_model():
-    """The CPU demo preset's model (settings.MODELS_DIR/tiny, as `make run` builds it), built once."""
-    from django.conf import settings
-
-    from training.tiny_model import build_tiny_model
-
-    target = Path(settings.MODELS_DIR) / "tiny"
-    if not (target / "config.json").exists():
-        build_tiny_model(target)
-    return target
-
-
 def wait_until(page, expression: str, timeout_s: float) -> None:
     """page.wait_for_function without its eval: the page's CSP (script-src 'self') refuses that, while
     page.evaluate goes through the DevTools protocol."""
