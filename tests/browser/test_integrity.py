@@ -105,3 +105,4 @@ def test_the_integrity_panel_opens_flagged_candidates_filters_them_and_follows_l
     wait_until(page, "document.querySelector('#integrity-latest tbody tr').dataset.step === '3'", 10)
     assert "step 3" in page.locator("#integrity-flags thead").inner_text().lower()  # th: uppercase
     page.locator("#integrity").screenshot(path=str(output_dir / "run-integrity-live.png"))
+    page.screenshot(path=str(output_dir / "run-page-integrity.png"), full_page=True)
