@@ -11,7 +11,7 @@
   var health = Object.assign({}, state.health.counts);
   var lastSeq = state.last_seq;
   var finished = ["succeeded", "failed", "cancelled"].indexOf(run.status) >= 0;
-  var openProblem = null, openStatus = "failed";
+  var openProblem = null, openStatus = "failed", openFlag = "";
 
   state.metrics.forEach(function (m) { metrics.set(m.step, {metrics: m.metrics, time: m.time}); });
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
@@ -408,30 +408,37 @@
 
   document.getElementById("problems").addEventListener("click", function (e) {
     var tr = e.target.closest("tr[data-problem]");
-    if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed");
+    if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed", "");
   });
 
-  function loadCandidates(problemId, status) {
+  // status: "failed", "passed" or "" (all); flag: a flag name or "" (any); focus: {step, index} of a
+  // candidate to open and scroll to once loaded.
+  function loadCandidates(problemId, status, flag, focus) {
     if (openProblem !== problemId) {
       openProblem = problemId;
       document.querySelectorAll("#problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
       var row = document.querySelector('#problems tr[data-problem="' + CSS.escape(problemId) + '"]');
       if (row) row.classList.add("selected");
     }
-    openStatus = status;
-    var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" + (status ? "?status=" + status : "");
+    openStatus = status; openFlag = flag || "";
+    var query = new URLSearchParams();
+    if (status) query.set("status", status);
+    if (openFlag) query.set("flag", openFlag);
+    var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" +
+      (query.toString() ? "?" + query : "");
     fetch(url, {credentials: "same-origin"}).then(function (r) {
       if (!r.ok) throw new Error("HTTP " + r.status);
       return r.text();
     }).then(function (html) {
       var box = document.getElementById("candidates");
       // A live refresh of the same problem keeps the candidates the user expanded or collapsed.
-      var same = box.dataset.problem === problemId && box.dataset.status === (status || "");
+      var same = box.dataset.problem === problemId && box.dataset.status === (status || "") &&
+        box.dataset.flag === openFlag;
       var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
         return [d.dataset.step + ":" + d.dataset.index, d.open];
       }) : [];
       box.innerHTML = html;  // server-rendered, escaped by the template
-      box.dataset.problem = problemId; box.dataset.status = status || "";
+      box.dataset.problem = problemId; box.dataset.status = status || ""; box.dataset.flag = openFlag;
       if (open.length) {
         var wasOpen = new Map(open);
         box.querySelectorAll("details.candidate").forEach(function (d) {
@@ -439,15 +446,34 @@
           if (wasOpen.has(key)) d.open = wasOpen.get(key);
         });
       }
+      if (focus) {
+        var picked = box.querySelector('details.candidate[data-step="' + focus.step + '"][data-index="' + focus.index + '"]');
+        if (picked) {
+          box.querySelectorAll("details.candidate[open]").forEach(function (d) { d.open = d === picked; });
+          picked.open = true;
+          picked.scrollIntoView({block: "nearest"});
+        }
+      }
     }).catch(function (err) {
       document.getElementById("candidates").textContent = "Could not load candidates: " + err.message;
     });
   }
   document.getElementById("candidates").addEventListener("click", function (e) {
-    var a = e.target.closest("a[data-status]");
+    var a = e.target.closest("a[data-status], a[data-flag]");
     if (!a) return;
     e.preventDefault();
-    loadCandidates(openProblem, a.dataset.status);
+    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
+    else loadCandidates(openProblem, openStatus, a.dataset.flag);
+  });
+  // Links elsewhere on the page (the reward-integrity panel) open a problem's candidates:
+  // data-open-problem, optional data-status, data-flag and data-step + data-index of one to open.
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest("a[data-open-problem]");
+    if (!a) return;
+    e.preventDefault();
+    var focus = a.dataset.step !== undefined ? {step: a.dataset.step, index: a.dataset.index} : null;
+    loadCandidates(a.dataset.openProblem, a.dataset.status || "", a.dataset.flag || "", focus);
+    document.querySelector(".candidates-card").scrollIntoView({block: "start", behavior: "smooth"});
   });
 
   // ---- sandbox health, checkpoints -------------------------------------------------------------
@@ -513,6 +539,8 @@
       if (ev.seq <= lastSeq) return;  // already applied (the server dedupes too; this covers reconnects)
       lastSeq = ev.seq;
     }
+    // Panels with their own script (run_integrity.js) follow the same events, each applied once.
+    document.dispatchEvent(new CustomEvent("crucible:run-event", {detail: ev}));
     switch (ev.event) {
       case "start":
         refreshRuntime();
@@ -535,7 +563,7 @@
           health[s] = (health[s] || 0) + 1;
         });
         scheduleProblems();
-        if (openProblem === ev.problem_id) loadCandidates(openProblem, openStatus);
+        if (openProblem === ev.problem_id) loadCandidates(openProblem, openStatus, openFlag);
         break;
       }
       case "eval":

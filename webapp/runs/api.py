@@ -125,6 +125,8 @@ class CandidateOut(Schema):
     truncated: bool = Field(description="generation hit max_new_tokens: the answer may be cut off")
     overlong_penalty: float | None = Field(description="reward.overlong soft: the length penalty included in "
                                                        "reward (in [-1, 0]); null when none applied")
+    penalized_flags: list[str] = Field(description="the flags of reward.penalize_flags it carries (in any of "
+                                                   "its executions): they set its total reward to 0")
     result: dict[str, Any]
 
 

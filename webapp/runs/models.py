@@ -205,6 +205,8 @@ class Candidate(models.Model):
     truncated = models.BooleanField(default=False, help_text="generation hit max_new_tokens (cut off)")
     overlong_penalty = models.FloatField(null=True, blank=True, help_text="reward.overlong soft: the length "
                                          "penalty included in reward (in [-1, 0]); null when none applied")
+    penalized_flags = models.JSONField(default=list, blank=True, help_text="the flags of reward.penalize_flags "
+                                       "it carries (in any execution): they set its total reward to 0")
 
     class Meta:
         ordering = ["step", "index"]

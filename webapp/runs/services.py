@@ -296,7 +296,8 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
                               code=str(c.get("code") or ""), reward=c.get("reward"),
                               rewards=c.get("rewards") or {}, result=result, passed=status == "passed",
                               status=status[:20], truncated=c.get("truncated") is True,
-                              overlong_penalty=_number(c.get("overlong_penalty"))))
+                              overlong_penalty=_number(c.get("overlong_penalty")),
+                              penalized_flags=_names(c.get("penalized_flags"))))
     Candidate.objects.bulk_create(rows)
     rewards = [c.reward for c in rows if c.reward is not None]
     zero_variance = event.get("zero_variance")
@@ -317,6 +318,11 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
 
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _names(value) -> list[str]:
+    """A list of short names from an event (``penalized_flags``); anything else is dropped."""
+    return [str(v)[:100] for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 @lru_cache(maxsize=64)

@@ -10,12 +10,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from sandbox.flags import FLAGS
 from training.config import ConfigError
 
 from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
 
-from . import queries, runtime, services
+from . import integrity, queries, runtime, services
 from .archive import config_yaml
 from .forms import RunForm, flatten
 from .models import ProblemStat, Run, RunEvent, StepMetric, TransitionError
@@ -147,7 +148,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/detail.html", {
         "run": run, "state": state, "headline": queries.headline(run_evals),
         "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
-        "runtime": runtime.runtime_rows(runtime.latest_start(run)),
+        "runtime": runtime.runtime_rows(runtime.latest_start(run)), "integrity": integrity.panel(run),
     })
 
 
@@ -165,6 +166,13 @@ def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
     """HTML fragment: the runtime panel (the page fetches it when a live ``start`` event arrives)."""
     run = _run(request, run_id)
     return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
+
+
+@require_GET
+def run_integrity(request: HttpRequest, run_id: int) -> HttpResponse:
+    """HTML fragment: the reward-integrity panel's tables (the page fetches it as flagged steps arrive)."""
+    run = _run(request, run_id)
+    return render(request, "runs/_integrity_tables.html", {"run": run, "integrity": integrity.panel(run)})
 
 
 def _config_facts(config: dict) -> dict:
@@ -218,20 +226,30 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
 
 @require_GET
 def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpResponse:
-    """HTML fragment: a problem's candidates, code highlighted server-side."""
+    """HTML fragment: a problem's candidates, code highlighted server-side; ``flag`` keeps those whose
+    result carries it (as the API's), the filter offering the flags the listed candidates carry."""
     run = _run(request, run_id)
     status = request.GET.get("status") or None
     if status not in (None, "failed", "passed"):
         raise Http404("status must be failed or passed")
-    candidates = queries.candidates(run, problem_id, status=status, step=int_param(request.GET.get("step")))
+    flag = request.GET.get("flag") or None
+    if flag is not None and flag not in FLAGS:
+        raise Http404(f"flag must be one of {', '.join(FLAGS)}")
+    listed = queries.candidates(run, problem_id, status=status, step=int_param(request.GET.get("step")))
+    flag_counts = integrity.flag_counts(listed)
+    candidates = [c for c in listed if flag in integrity.names_of(c["result"].get("flags"))] if flag else listed
     shown = candidates[:50]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
+        c["badges"] = integrity.badges(integrity.names_of(c["result"].get("flags")), c["penalized_flags"])
     heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
     evaluations = [(step, round(100 * rate)) for step, rate in heldout.history] if heldout else []
+    flag_filters = [{"name": name, "meaning": FLAGS[name], "count": flag_counts.get(name, 0)}
+                    for name in FLAGS if name in flag_counts or name == flag]
     return render(request, "runs/_candidates.html", {"run": run, "problem_id": problem_id, "candidates": shown,
                                                      "total": len(candidates), "status": status or "all",
+                                                     "flag": flag or "", "flag_filters": flag_filters,
                                                      "heldout": heldout is not None, "evaluations": evaluations})
 
 
