@@ -50,7 +50,8 @@
       // one end left empty: ten steps from the other (the server clamps to the stored steps)
       body.steps = [from === "" ? Math.max(0, Number(to) - 9) : Number(from), to === "" ? Number(from) + 9 : Number(to)];
     }
-    status.textContent = "re-scoring…";
+    // The first re-scoring of a server process loads PyTorch (training's advantage functions): seconds.
+    status.textContent = answer ? "re-scoring…" : "re-scoring… (a server's first re-scoring loads PyTorch: a few seconds)";
     var started = performance.now();
     fetch("/api/runs/" + runId + "/rescore", {
       method: "POST", credentials: "same-origin",
