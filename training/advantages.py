@@ -71,6 +71,14 @@ def compute_advantages(name: str, rewards: torch.Tensor, eps: float = 1e-6) -> t
     return get_advantage(name)(rewards, eps=eps)
 
 
+def clip_advantages(advantages: torch.Tensor, clip: float | None) -> torch.Tensor:
+    """``reward.clip``: advantages clamped to ``[-clip, clip]`` after the group baseline; None leaves them.
+
+    advantages: (P, K) -> (P, K).
+    """
+    return advantages if clip is None else advantages.clamp(-clip, clip)  # (P, K)
+
+
 def zero_variance_groups(rewards: torch.Tensor, atol: float = 1e-8) -> torch.Tensor:
     """Groups whose candidates all got the same reward (no signal). rewards: (P, K) -> mask: (P,) bool."""
     _check_groups(rewards)

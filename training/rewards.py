@@ -238,6 +238,13 @@ def penalized_flags(results: Sequence[Mapping[str, Any]], penalize: Sequence[str
     return [f for f in penalize if f in carried]
 
 
+def total_reward(combined: float, overlong_penalty: float = 0.0, penalized: Sequence[str] = ()) -> float:
+    """A candidate's total reward, the one its group advantage is computed from: the combined dimensions
+    (``combine``) plus the overlong penalty (``overlong_penalty``, 0 unless ``reward.overlong`` is soft),
+    or 0 when it carries a flag of ``reward.penalize_flags`` (``penalized_flags``)."""
+    return 0.0 if penalized else combined + overlong_penalty
+
+
 def group_median_length(codes: Sequence[str]) -> float | None:
     """Median ``code_length`` of a group's non-empty programs (conciseness baseline without a reference)."""
     lengths = [code_length(c) for c in codes if code_length(c) > 0]

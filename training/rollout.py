@@ -246,7 +246,7 @@ def score_rollout(
             first = results[i][0]
             carried = tuple(dict.fromkeys(f for res in results[i] for f in (res.get("flags") or ())))
             penalized = tuple(R.penalized_flags(results[i], penalize_flags))
-            total = 0.0 if penalized else score.total + penalty
+            total = R.total_reward(score.total, penalty, penalized)
             records.append(CandidateRecord(
                 problem_id=problem.id, group=g, text=batch.texts[i], code=codes[i], result=first,
                 rewards=score.rewards, reward=total, passed=first.get("status") == "passed",

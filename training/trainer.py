@@ -45,7 +45,7 @@ import torch
 
 from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
-from training.advantages import compute_advantages, zero_variance_groups
+from training.advantages import clip_advantages, compute_advantages, zero_variance_groups
 from training.config import RunConfig, config_to_dict
 from training.events import EventWriter
 from training.losses import logprob_mismatch, ppo_loss, tis_weights
@@ -238,9 +238,8 @@ class Trainer:
 
         # Advantages: per group, zero-variance groups counted (and maybe dropped), then clipped.
         advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+        advantages = clip_advantages(advantages, cfg.reward.clip)  # (P, K)
         zero_var = zero_variance_groups(rollout.rewards)  # (P,)
-        if cfg.reward.clip is not None:
-            advantages = advantages.clamp(-cfg.reward.clip, cfg.reward.clip)
         k = cfg.sampling.candidates_per_problem
         keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
         keep = keep.repeat_interleave(k)  # (N,)

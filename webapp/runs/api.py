@@ -19,6 +19,7 @@ from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
 from .model_refs import WEB_DEFAULT_MODEL
 from .models import Checkpoint, Run, TransitionError
 from .presets import presets
+from .rescore import rescore_run
 
 router = Router(tags=["runs"])
 presets_router = Router(tags=["runs"])
@@ -141,6 +142,61 @@ class CheckpointOut(Schema):
     best: bool = Field(False, description="at the step with the highest held-out pass@1 (the latest on a tie)")
 
 
+class RescoreIn(Schema):
+    weights: dict[str, Any] = Field(default_factory=dict, description="reward.weights to try, merged over the "
+                                    "run's own (dimensions left out keep theirs); validated as a run config's")
+    steps: list[int] | None = Field(None, description="[from, to], clamped to the stored steps; "
+                                                      "null = the last 10 steps with stored candidates")
+    top: int = Field(10, description="how many problems to list, the most changed first (1-100)")
+
+
+class RescoreStepOut(Schema):
+    step: int
+    sign_flips: float = Field(description="share of the step's candidates whose advantage changes sign "
+                                          "(0, a group without signal, counts as a sign)")
+    rank_corr: float = Field(description="mean over the step's groups of Spearman's rank correlation of "
+                                         "the rewards before and after")
+    candidates: int
+    groups: int
+    zero_variance_before: int = Field(description="groups whose candidates all got one reward, before")
+    zero_variance_after: int
+
+
+class RescoreCandidateOut(Schema):
+    step: int
+    index: int
+    reward_before: float
+    reward_after: float
+    advantage_before: float
+    advantage_after: float
+    sign_flip: bool = Field(description="the advantage changes sign (counted in sign_flips)")
+    status: str = Field(description="execution outcome")
+
+
+class RescoreProblemOut(Schema):
+    problem_id: str
+    sign_flips: float
+    rank_corr: float
+    groups: int
+    candidates: list[RescoreCandidateOut]
+
+
+class RescoreSummaryOut(Schema):
+    candidates: int
+    groups: int
+    sign_flips: float
+    rank_corr: float
+
+
+class RescoreOut(Schema):
+    weights: dict[str, float] = Field(description="the weights re-scored with (after the merge)")
+    weights_before: dict[str, float] = Field(description="the run's own weights")
+    range: list[int] | None = Field(description="[from, to] re-scored; null while no candidate is stored")
+    steps: list[RescoreStepOut]
+    problems: list[RescoreProblemOut] = Field(description="the problems whose ranking changes most, first")
+    summary: RescoreSummaryOut
+
+
 class PresetOut(Schema):
     name: str
     title: str
@@ -254,6 +310,16 @@ def download_checkpoint(request: HttpRequest, run_id: int, checkpoint_id: int):
     response = StreamingHttpResponse(body(), content_type="application/gzip")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+@router.post("/{int:run_id}/rescore", response={200: RescoreOut, 400: Error},
+             summary="What-if: the stored candidates' rewards and group advantages under other reward weights")
+def rescore(request: HttpRequest, run_id: int, payload: RescoreIn):
+    run = _run(request, run_id)
+    try:
+        return Status(200, rescore_run(run, payload.weights, payload.steps, payload.top))
+    except ConfigError as exc:
+        return Status(400, {"detail": str(exc), "field": exc.field})
 
 
 @presets_router.get("", response=list[PresetOut], summary="Named run configs for the new-run form")

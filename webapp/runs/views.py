@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import fields
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -11,12 +13,12 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sandbox.flags import FLAGS
-from training.config import ConfigError
+from training.config import ConfigError, RewardWeights
 
 from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
 
-from . import integrity, queries, runtime, services
+from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
 from .forms import RunForm, flatten
 from .models import ProblemStat, Run, RunEvent, StepMetric, TransitionError
@@ -83,6 +85,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 return redirect("run-detail", run_id=run.pk)
     else:
         initial = {"name": f"{clone.name} (clone)" if clone else f"{preset['name']} run"}
+        # ?reward.weights.<dimension>=W (the run page's what-if "Start a run with these weights"): the
+        # form starts with those weights, and the launch bar lists them as changes from the clone.
+        weights = _weight_params(request)
+        initial.update(weights)
+        if weights and clone:
+            initial["name"] = f"{clone.name} (re-weighted)"
         problem_set = int_param(request.GET.get("problem_set")) or (clone.problem_set_id if clone else None)
         if problem_set is not None:
             initial["problem_set"] = problem_set
@@ -103,6 +111,26 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
                                              "launch_warnings": warnings, "warnings_digest": _digest(warnings),
                                              "set_facts": set_facts})
+
+
+def _weight_params(request: HttpRequest) -> dict[str, float]:
+    """``reward.weights.<dimension>`` query parameters that are weights (finite, >= 0); the others are
+    left out with a message naming them."""
+    out = {}
+    for f in fields(RewardWeights):
+        key = f"reward.weights.{f.name}"
+        if key not in request.GET:
+            continue
+        try:
+            value = float(request.GET[key])
+        except ValueError:
+            value = -1.0
+        if math.isfinite(value) and value >= 0:
+            out[key] = value
+        else:
+            messages.warning(request, f"{key}: {request.GET[key][:50]!r} is not a weight (a number >= 0); "
+                                      "the form keeps the run's own")
+    return out
 
 
 def _digest(warnings: list[str]) -> str:
@@ -149,6 +177,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": run, "state": state, "headline": queries.headline(run_evals),
         "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "integrity": integrity.panel(run),
+        "whatif": rescore.panel_context(run),
     })
 
 

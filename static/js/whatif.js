@@ -1,0 +1,180 @@
+// Run page, what-if re-scoring panel (templates/runs/_whatif.html): POST /api/runs/<id>/rescore with
+// other reward weights, then per step the sign flips and rank correlation, the problems whose
+// ranking changes most, and one problem's candidates side by side (reward and advantage before → after).
+(function () {
+  "use strict";
+  var panel = document.getElementById("whatif");
+  if (!panel) return;
+  var runId = panel.dataset.run;
+  var form = document.getElementById("whatif-form");
+  var status = document.getElementById("whatif-status");
+  var startLink = document.getElementById("whatif-start");
+  var weightInputs = Array.from(form.querySelectorAll("input[data-run-value]"));
+  var answer = null, openProblem = null;
+
+  function pct(x) { return (100 * x).toFixed(1) + "%"; }
+  function num(x) { return x.toFixed(3); }
+  function cell(text, className, title) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (className) td.className = className;
+    if (title) td.title = title;
+    return td;
+  }
+
+  function weights() {
+    var out = {};
+    weightInputs.forEach(function (el) { out[el.name] = el.value === "" ? null : Number(el.value); });
+    return out;
+  }
+
+  // "Start a run with these weights": the new-run form cloned from this run, the weights as query params.
+  function updateStartLink() {
+    var params = new URLSearchParams({clone: runId});
+    weightInputs.forEach(function (el) {
+      if (el.value !== "" && Number(el.value) !== Number(el.dataset.runValue)) params.set("reward.weights." + el.name, el.value);
+    });
+    startLink.href = "/runs/new?" + params.toString();
+  }
+  form.addEventListener("input", updateStartLink);
+  document.getElementById("whatif-reset").addEventListener("click", function () {
+    weightInputs.forEach(function (el) { el.value = el.dataset.runValue; });
+    updateStartLink();
+  });
+
+  form.addEventListener("submit", function (e) {
+    e.preventDefault();
+    var body = {weights: weights()};
+    var from = form.elements["from"].value, to = form.elements["to"].value;
+    if (from !== "" || to !== "") {
+      // one end left empty: ten steps from the other (the server clamps to the stored steps)
+      body.steps = [from === "" ? Math.max(0, Number(to) - 9) : Number(from), to === "" ? Number(from) + 9 : Number(to)];
+    }
+    // The first re-scoring of a server process loads PyTorch (training's advantage functions): seconds.
+    status.textContent = answer ? "re-scoring…" : "re-scoring… (a server's first re-scoring loads PyTorch: a few seconds)";
+    var started = performance.now();
+    fetch("/api/runs/" + runId + "/rescore", {
+      method: "POST", credentials: "same-origin",
+      headers: {"Content-Type": "application/json", "X-CSRFToken": form.elements["csrfmiddlewaretoken"].value},
+      body: JSON.stringify(body),
+    }).then(function (r) {
+      return r.json().then(function (data) {
+        if (!r.ok) throw new Error(data.detail || ("HTTP " + r.status));
+        return data;
+      });
+    }).then(function (data) {
+      answer = data;
+      draw(Math.round(performance.now() - started));
+    }).catch(function (err) {
+      status.textContent = "Could not re-score: " + err.message;
+      status.className = "small notice error";
+    });
+  });
+
+  function draw(ms) {
+    status.className = "small";
+    if (!answer.range) {
+      status.textContent = "No candidates are stored yet: re-scoring needs at least one step.";
+      document.getElementById("whatif-results").hidden = true;
+      return;
+    }
+    var s = answer.summary;
+    status.textContent = "Steps " + answer.range[0] + "–" + answer.range[1] + ": " + s.candidates + " candidates in " +
+      s.groups + " groups; " + pct(s.sign_flips) + " change the sign of their advantage, mean rank correlation " +
+      num(s.rank_corr) + " (" + ms + " ms).";
+    var steps = document.getElementById("whatif-steps");
+    steps.replaceChildren.apply(steps, answer.steps.map(function (st) {
+      var tr = document.createElement("tr");
+      tr.dataset.step = st.step;
+      tr.append(cell(String(st.step)), cell(pct(st.sign_flips), st.sign_flips > 0 ? "whatif-flip" : ""),
+                cell(num(st.rank_corr)), cell(st.zero_variance_before + " → " + st.zero_variance_after));
+      return tr;
+    }));
+    var problems = document.getElementById("whatif-problems");
+    problems.replaceChildren.apply(problems, answer.problems.map(function (p) {
+      var tr = document.createElement("tr");
+      tr.className = "clickable";
+      tr.dataset.problem = p.problem_id;
+      tr.title = "show its candidates side by side";
+      tr.append(cell(p.problem_id), cell(num(p.rank_corr)), cell(pct(p.sign_flips), p.sign_flips > 0 ? "whatif-flip" : ""),
+                cell(String(p.groups)));
+      return tr;
+    }));
+    document.getElementById("whatif-results").hidden = false;
+    var still = answer.problems.find(function (p) { return p.problem_id === openProblem; });
+    if (still) showProblem(still); else document.getElementById("whatif-problem").hidden = true;
+  }
+
+  document.getElementById("whatif-problems").addEventListener("click", function (e) {
+    var tr = e.target.closest("tr[data-problem]");
+    if (!tr) return;
+    showProblem(answer.problems.find(function (p) { return p.problem_id === tr.dataset.problem; }));
+  });
+
+  // Ranks within each (step) group, 1 = best; ties share their mean rank, as the server's Spearman does.
+  function ranks(candidates, key) {
+    var out = new Map(), byStep = new Map();
+    candidates.forEach(function (c) { (byStep.get(c.step) || byStep.set(c.step, []).get(c.step)).push(c); });
+    byStep.forEach(function (group) {
+      group.forEach(function (c) {
+        var above = group.filter(function (o) { return o[key] > c[key]; }).length;
+        var same = group.filter(function (o) { return o[key] === c[key]; }).length;
+        out.set(c.step + ":" + c.index, above + (same + 1) / 2);
+      });
+    });
+    return out;
+  }
+
+  function showProblem(problem) {
+    openProblem = problem.problem_id;
+    document.querySelectorAll("#whatif-problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
+    var row = document.querySelector('#whatif-problems tr[data-problem="' + CSS.escape(openProblem) + '"]');
+    if (row) row.classList.add("selected");
+    document.getElementById("whatif-problem-title").textContent = openProblem + " — rank correlation " +
+      num(problem.rank_corr) + ", " + pct(problem.sign_flips) + " sign flips";
+    var before = ranks(problem.candidates, "reward_before"), after = ranks(problem.candidates, "reward_after");
+    var body = document.getElementById("whatif-candidates");
+    body.replaceChildren.apply(body, problem.candidates.map(function (c) {
+      var key = c.step + ":" + c.index;
+      var tr = document.createElement("tr");
+      tr.dataset.step = c.step; tr.dataset.index = c.index;
+      var dr = c.reward_after - c.reward_before;
+      var flipped = c.sign_flip;
+      var open = document.createElement("button");
+      open.type = "button"; open.className = "small whatif-open"; open.textContent = "code";
+      tr.append(cell(String(c.step)), cell("#" + c.index), cell(c.status || ""),
+                cell(num(c.reward_before) + " → " + num(c.reward_after), dr > 1e-9 ? "whatif-up" : dr < -1e-9 ? "whatif-down" : ""),
+                cell(num(c.advantage_before) + " → " + num(c.advantage_after), flipped ? "whatif-flip" : "",
+                     flipped ? "the advantage changes sign" : ""),
+                cell(before.get(key) + " → " + after.get(key)));
+      var td = document.createElement("td"); td.append(open); tr.append(td);
+      return tr;
+    }));
+    document.getElementById("whatif-problem").hidden = false;
+  }
+
+  // A candidate's code and tests: the run page's candidates fragment for its step, this candidate only.
+  document.getElementById("whatif-candidates").addEventListener("click", function (e) {
+    var button = e.target.closest("button.whatif-open");
+    if (!button) return;
+    var tr = button.closest("tr");
+    var next = tr.nextElementSibling;
+    if (next && next.classList.contains("whatif-code")) { next.remove(); return; }
+    var url = "/runs/" + runId + "/problems/" + encodeURIComponent(openProblem) + "/candidates?step=" + tr.dataset.step;
+    fetch(url, {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.text();
+    }).then(function (html) {
+      var box = document.createElement("div");
+      box.innerHTML = html;  // server-rendered, escaped by the template
+      var details = box.querySelector('details.candidate[data-index="' + tr.dataset.index + '"]');
+      var row = document.createElement("tr"), td = document.createElement("td");
+      row.className = "whatif-code"; td.colSpan = 7;
+      if (details) { details.open = true; td.append(details); } else td.textContent = "This candidate is no longer stored.";
+      row.append(td);
+      tr.after(row);
+    }).catch(function (err) { button.textContent = "code (" + err.message + ")"; });
+  });
+
+  updateStartLink();
+})();

@@ -1,0 +1,61 @@
+"""The run page's what-if re-scoring panel in a browser: re-score, open a problem side by side, start a run."""
+import pytest
+
+from tests.webapp.runs.conftest import TINY_OVERRIDES, install_model_stub, make_problem_set
+from tests.webapp.runs.test_rescore import trained
+
+from .conftest import login
+
+
+@pytest.fixture
+def stored(user, settings, tmp_path):
+    from webapp.runs.services import create_run
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.MODELS_DIR = tmp_path / "models"
+    install_model_stub(settings.MODELS_DIR / "tiny")  # the run's model need not load: nothing trains here
+    return trained(create_run(user, "stored run", make_problem_set(user), TINY_OVERRIDES), steps=12)
+
+
+def test_other_weights_show_sign_flips_rank_changes_and_candidates_side_by_side(page, live_server_url, stored,
+                                                                                 output_dir):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{stored.pk}/")
+    panel = page.locator("#whatif")
+    panel.scroll_into_view_if_needed()
+    for name, value in (("pass_rate", "0"), ("syntax", "0"), ("efficiency", "0"), ("format", "0"),
+                        ("conciseness", "1")):
+        page.fill(f"#whatif-form input[name={name}]", value)
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-steps tr")
+    assert page.locator("#whatif-steps tr").count() == 10  # the last 10 steps by default
+    assert page.locator("#whatif-steps tr").first.get_attribute("data-step") == "3"
+    assert "Steps 3–12: 80 candidates in 20 groups" in page.inner_text("#whatif-status")
+
+    page.locator("#whatif-problems tr").first.click()
+    page.wait_for_selector("#whatif-problem:not([hidden])")
+    rows = page.locator("#whatif-candidates tr")
+    assert rows.count() == 40  # 10 steps x 4 candidates of one problem
+    assert " → " in rows.first.locator("td").nth(3).inner_text()  # reward before → after
+    rows.first.locator("button.whatif-open").click()
+    page.wait_for_selector("#whatif-candidates tr.whatif-code details.candidate[open]")
+    panel.screenshot(path=str(output_dir / "run-whatif.png"))
+
+    href = page.get_attribute("#whatif-start", "href")
+    assert f"clone={stored.pk}" in href and "reward.weights.pass_rate=0" in href
+    assert "reward.weights.conciseness=1" in href
+    page.click("#whatif-start")
+    page.wait_for_url(f"**/runs/new?clone={stored.pk}*")
+    assert float(page.input_value("input[name='reward.weights.conciseness']")) == 1.0
+    assert float(page.input_value("input[name='reward.weights.pass_rate']")) == 0.0
+    assert "reward.weights.conciseness 0.05 → 1" in page.inner_text("#preset-changes")  # changed from the run
+
+
+def test_a_bad_weight_says_which(page, live_server_url, stored):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{stored.pk}/")
+    for name in ("pass_rate", "syntax", "efficiency", "conciseness", "format"):
+        page.fill(f"#whatif-form input[name={name}]", "0")
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-status.error")
+    assert "weights" in page.inner_text("#whatif-status") and "all zero" in page.inner_text("#whatif-status")
