@@ -25,9 +25,8 @@ def grpo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     rewards: (P, K) -> advantages: (P, K). Needs K >= 2.
     """
     _check_groups(rewards)
-    mean = rewards.mean(dim=1, keepdim=True)  # (P, 1)
     std = rewards.std(dim=1, keepdim=True)  # (P, 1); 0 for a zero-variance group, hence eps
-    return (rewards - mean) / (std + eps)  # (P, K)
+    return _centered(rewards) / (std + eps)  # (P, K)
 
 
 def dr_grpo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -37,7 +36,7 @@ def dr_grpo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     rewards: (P, K) -> advantages: (P, K).
     """
     _check_groups(rewards)
-    return rewards - rewards.mean(dim=1, keepdim=True)  # (P, K)
+    return _centered(rewards)  # (P, K)
 
 
 def rloo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -49,8 +48,19 @@ def rloo(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """
     _check_groups(rewards)
     k = rewards.shape[1]
-    loo_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (k - 1)  # (P, K)
-    return rewards - loo_mean  # (P, K)
+    return _centered(rewards) * (k / (k - 1))  # (P, K): r_i - (sum - r_i) / (K - 1), rearranged
+
+
+def _centered(rewards: torch.Tensor) -> torch.Tensor:
+    """``r_i - mean(r)`` per group, exactly 0 in a group whose rewards are all equal: the float mean of
+    equal values can miss them by an ulp, and GRPO's division by ``std + eps`` (std 0) would turn that
+    into advantages of several hundredths for candidates that did exactly as well as each other.
+
+    rewards: (P, K) -> (P, K)
+    """
+    same = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)  # (P, 1)
+    centered = rewards - rewards.mean(dim=1, keepdim=True)  # (P, K)
+    return centered.masked_fill(same, 0.0)
 
 
 ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "rloo": rloo, "dr_grpo": dr_grpo}

@@ -56,3 +56,15 @@ def test_it_rejects_ungrouped_rewards():
 def test_an_unknown_estimator_lists_the_valid_ones():
     with pytest.raises(ValueError, match="valid estimators: dr_grpo, grpo, rloo"):
         get_advantage("ppo")
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo"])
+def test_a_group_of_equal_rewards_gets_exactly_zero_advantages(name):
+    from training.advantages import compute_advantages
+
+    # 0.1 and 0.7 are not representable: the float32 mean of 16 copies misses them by an ulp, which
+    # GRPO's division by std + eps used to blow up to advantages of a few hundredths
+    rewards = torch.tensor([[0.1] * 16, [0.7] * 16, [0.0] * 8 + [1.0] * 8], dtype=torch.float32)
+    advantages = compute_advantages(name, rewards)
+    assert torch.equal(advantages[:2], torch.zeros(2, 16))
+    assert advantages[2].abs().min() > 0.4  # a group with signal is untouched
