@@ -2,7 +2,6 @@
 from tests.webapp.runs.conftest import make_problem_set, problem_lines
 
 from .conftest import login
-from .test_run_flow import demo_tiny_model  # noqa: F401 (a fixture: the preset's model must exist to launch)
 
 
 def test_the_launch_bar_stays_in_view_and_lists_changes_from_the_preset(page, live_server_url, user, output_dir):
