@@ -32,6 +32,24 @@ def pytest_collection_modifyitems(config, items):
     return result
 
 
+@pytest.fixture(scope="session", autouse=True)
+def installed_demo_models():
+    """The demo models the presets name (``models/tiny``, ``models/tiny-qwen3_5`` under the test data
+    dir), built once (untrained, seconds) when a fresh checkout has none: live servers and browser
+    tests launch runs that name them, and a model name resolves only to an installed model."""
+    from django.conf import settings
+
+    from training.tiny_model import build_tiny_model
+
+    built = {}
+    for name, arch in (("tiny", "qwen3"), ("tiny-qwen3_5", "qwen3_5")):
+        target = Path(settings.MODELS_DIR) / name
+        if not (target / "crucible_tiny.json").exists():  # written last: a finished build
+            build_tiny_model(target, arch=arch)
+        built[name] = target
+    return built
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -18,18 +18,10 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def demo_tiny_model():
-    """The CPU demo preset's model (settings.MODELS_DIR/tiny, as `make run` builds it), built once for
-    every browser test: runs created through the web name `models/tiny`, which must be installed."""
-    from django.conf import settings
-
-    from training.tiny_model import build_tiny_model
-
-    target = Path(settings.MODELS_DIR) / "tiny"
-    if not (target / "crucible_tiny.json").exists():  # written last: a finished build
-        build_tiny_model(target)
-    return target
+@pytest.fixture(scope="session")
+def demo_tiny_model(installed_demo_models):
+    """The CPU demo preset's model (settings.MODELS_DIR/tiny, as `make run` builds it)."""
+    return installed_demo_models["tiny"]
 
 
 @pytest.fixture(scope="session")
