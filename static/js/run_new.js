@@ -73,19 +73,21 @@
   // The same check and message as the server's bounds validator (webapp/runs/forms.py).
   function boundsError(el) {
     if (el.type !== "number" || el.disabled || el.value === "") return null;
-    var v = Number(el.value), parts = [], ok = true;
+    var v = Number(el.value), parts = [], low = false, high = false;
     if (el.min !== "") {
       var exMin = el.dataset.exclusiveMin === "true";
       parts.push((exMin ? "> " : ">= ") + el.min);
-      ok = ok && (exMin ? v > Number(el.min) : v >= Number(el.min));
+      low = exMin ? v <= Number(el.min) : v < Number(el.min);
     }
     if (el.max !== "") {
       var exMax = el.dataset.exclusiveMax === "true";
       parts.push((exMax ? "< " : "<= ") + el.max);
-      ok = ok && (exMax ? v < Number(el.max) : v <= Number(el.max));
+      high = exMax ? v >= Number(el.max) : v > Number(el.max);
     }
     if (el.step !== "any" && !Number.isInteger(v)) return "must be a whole number; got " + el.value;
-    return ok ? null : "must be " + parts.join(" and ") + "; got " + el.value;
+    if (!low && !high) return null;
+    var why = low && el.dataset.belowMinimum ? ": " + el.dataset.belowMinimum : "";
+    return "must be " + parts.join(" and ") + "; got " + el.value + why;
   }
 
   function markBounds(el) {

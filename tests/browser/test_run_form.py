@@ -29,7 +29,7 @@ def test_out_of_range_numbers_are_refused_before_the_form_is_sent(page, live_ser
     page.click("#launch")
     assert page.evaluate("window.__sameDocument === true")  # nothing was sent
     errors = page.locator("[data-field='sampling.candidates_per_problem'] .errorlist")
-    assert "must be >= 2 and <= 256; got 1" in errors.inner_text()
+    assert "must be >= 2 and <= 256; got 1: a group of one candidate has no baseline" in errors.inner_text()
     assert "must be > 0.0 and < 1.0; got 0" in page.locator("[data-field='ppo.clip_range'] .errorlist").inner_text()
 
 
