@@ -97,7 +97,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     from .forms import set_warnings
 
     # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
-    set_facts = {ps.pk: {"train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
+    set_facts = {ps.pk: {"name": ps.name, "train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
                  for ps in form.fields["problem_set"].queryset}
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
                                              "launch_warnings": warnings, "warnings_digest": _digest(warnings),
