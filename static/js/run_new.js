@@ -148,6 +148,7 @@
     });
   });
   form.addEventListener("change", function (e) {
+    if (e.target.name === "problem_set") document.getElementById("set-switched").hidden = true;  // the user's own pick
     if (e.target.type === "checkbox") syncSections();
     if (e.target.type === "number") markBounds(e.target);
     showChanges();

@@ -84,6 +84,7 @@ def test_a_preset_moves_off_a_set_it_cannot_use_to_the_newest_set_it_can(page, l
     assert chosen.input_value() == str(big.pk)  # a set the preset can use stays chosen
 
     page.select_option("select[name=problem_set]", str(scratch.pk))
+    assert note.is_hidden()  # the user's own pick
     page.fill("input[name='sampling.problems_per_step']", "64")
     page.click(".preset[data-preset='qwen3.5-9b-lora-80gb']")
     assert chosen.input_value() == str(big.pk)  # the preset's 32, not the 64 typed before it
