@@ -116,6 +116,8 @@ def shoot(page, url: str, run_ids: list[int], out: Path) -> list[Path]:
     page.evaluate("localStorage.removeItem('crucible.charts')")  # the charts as a first visit shows them
     page.reload()
     wait_until(page, "document.getElementById('chart-reward').data !== undefined", 30, "the run page's charts")
+    # The curves (the headline, runtime, config and health cards sit above them).
+    page.evaluate("document.getElementById('charts-main').closest('section').scrollIntoView({block: 'start'})")
     page.wait_for_timeout(500)  # plotly's last layout pass
     run_page = out / "run-page.png"
     page.screenshot(path=str(run_page))
