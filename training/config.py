@@ -70,10 +70,13 @@ class ConfigError(ValueError):
 
 
 def _field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge=None, gt=None,
-           le=None, lt=None, choices=None, recommended=None) -> Any:
-    """A dataclass field whose bounds/choices drive both validation and the JSON schema."""
+           le=None, lt=None, choices=None, recommended=None, below=None) -> Any:
+    """A dataclass field whose bounds/choices drive both validation and the JSON schema.
+
+    ``below`` says why a value under the lower bound cannot work; the error for such a value ends with it.
+    """
     meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, choices=choices,
-                                   recommended=recommended).items() if v is not None}
+                                   recommended=recommended, below=below).items() if v is not None}
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -114,7 +117,8 @@ def _check_bounds(value: Any, f: dataclasses.Field) -> None:
         ok = ((m.get("ge") is None or value >= m["ge"]) and (m.get("gt") is None or value > m["gt"])
               and (m.get("le") is None or value <= m["le"]) and (m.get("lt") is None or value < m["lt"]))
         if not ok:
-            raise ConfigError(f.name, f"must be {_range_text(m)}; got {value!r}" + _recommend_text(m))
+            raise ConfigError(f.name, f"must be {_range_text(m)}; got {value!r}" + _below_text(m, value)
+                              + _recommend_text(m))
 
 
 def _range_text(m: dict) -> str:
@@ -128,6 +132,11 @@ def _recommend_text(m: dict) -> str:
         lo, hi = m["recommended"]
         return f" (recommended range {lo}-{hi})"
     return ""
+
+
+def _below_text(m: dict, value: float) -> str:
+    low = ("ge" in m and value < m["ge"]) or ("gt" in m and value <= m["gt"])
+    return f": {m['below']}" if low and "below" in m else ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -183,8 +192,10 @@ class SamplingConfig(_Section):
 
     problems_per_step: int = _field(16, ge=1, le=4096)
     """Training problems drawn per RL step."""
-    candidates_per_problem: int = _field(8, ge=1, le=1024)
-    """Completions sampled per problem (the group size of GRPO/RLOO; at least 2)."""
+    candidates_per_problem: int = _field(
+        8, ge=2, le=1024, recommended=(4, 16),
+        below="a group of one candidate has no baseline, so every advantage is zero and nothing is learned")
+    """Completions sampled per problem: the group whose mean reward is each candidate's baseline (GRPO/RLOO)."""
     max_new_tokens: int = _field(128, ge=1, le=131072)
     """Most tokens generated per completion."""
     temperature: float = _field(1.0, ge=0.0, le=10.0)
@@ -417,11 +428,6 @@ class RunConfig(_Section):
     def _check(self) -> None:
         if not self.problems.strip():
             raise ConfigError("problems", "must not be empty; give the path of a problem file")
-        if self.sampling.candidates_per_problem < 2:
-            raise ConfigError(
-                "sampling.candidates_per_problem",
-                f"must be at least 2 for advantage '{self.ppo.advantage}': a group of one candidate has no "
-                "baseline, so every advantage is zero and nothing is learned. Use 4-16")
         batch = self.sampling.problems_per_step * self.sampling.candidates_per_problem
         if self.ppo.minibatch_size is not None and self.ppo.minibatch_size > batch:
             raise ConfigError(
@@ -758,6 +764,8 @@ def _section_schema(cls: type, ceilings: typing.Mapping[str, float] | None = Non
             (target["items"] if target.get("type") == "array" else target)["enum"] = list(m["choices"])
         if "recommended" in m:
             s["x-recommended"] = {"minimum": m["recommended"][0], "maximum": m["recommended"][1]}
+        if "below" in m:
+            s["x-below-minimum"] = m["below"]
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         s["default"] = config_to_dict(default)
         s["description"] = docs.get(f.name, "")

@@ -32,7 +32,8 @@ var CrucibleMetrics = (function () {
 })();
 
 // Chart habits of W&B and TensorBoard users, shared by the run page and compare: EMA smoothing,
-// integer step ticks, a hover that lists every line, CSV and PNG export, one colour per run.
+// integer step ticks, x by step / wall time / tokens, a hover that lists every line, CSV and PNG
+// export, one colour per run.
 var CrucibleCharts = (function () {
   "use strict";
   // Plotly's default palette, so a run keeps its colour on every page (by id, not by position).
@@ -57,6 +58,45 @@ var CrucibleCharts = (function () {
     var raw = Math.max(1, maxStep / 8), pow = Math.pow(10, Math.floor(Math.log10(raw)));
     var nice = [1, 2, 5, 10].map(function (m) { return m * pow; }).find(function (d) { return d >= raw; });
     return {tickmode: "linear", tick0: 0, dtick: Math.max(1, nice), tickformat: "d"};
+  }
+
+  // The x axis by step, wall time or generated tokens, for one run's metric rows ([{step, metrics,
+  // time}] ordered by step, as the pages embed them). Returns step -> x, or null where the axis has no
+  // value for that step; step 0 (the evaluation before training) is 0 on every axis.
+  // Wall time counts minutes from the start of the first step (its rollout began time/step_s before
+  // its end time). Tokens are the running sum of tokens_per_s × time/rollout_s: tokens_per_s counts
+  // completion tokens per second of rollout time (DESIGN.md), so the product is exactly a step's tokens.
+  var X_TITLES = {step: "step", time: "wall time (min)", tokens: "generated tokens"};
+
+  function xScale(rows, mode) {
+    if (mode !== "time" && mode !== "tokens") return function (step) { return step; };
+    var at = new Map();
+    if (mode === "time") {
+      var first = rows.find(function (r) { return typeof r.time === "number"; });
+      var t0 = first ? first.time - (first.metrics["time/step_s"] || 0) : 0;
+      rows.forEach(function (r) { if (typeof r.time === "number") at.set(r.step, (r.time - t0) / 60); });
+    } else {
+      var total = 0;
+      rows.forEach(function (r) {
+        var m = r.metrics;
+        if (typeof m.tokens_per_s !== "number" || typeof m["time/rollout_s"] !== "number") return;
+        total += m.tokens_per_s * m["time/rollout_s"];
+        at.set(r.step, total);
+      });
+    }
+    return function (step) {
+      if (step === 0 && (mode === "tokens" || !at.has(0))) return 0;
+      return at.has(step) ? at.get(step) : null;
+    };
+  }
+
+  function xTitle(mode) { return X_TITLES[mode] || X_TITLES.step; }
+
+  // Axis settings for the chosen x: whole-number step ticks, or SI-prefixed tokens, or minutes.
+  function xAxis(mode, maxStep) {
+    if (mode === "tokens") return {tickformat: "~s"};
+    if (mode === "time") return {tickformat: ",.1f"};
+    return stepAxis(maxStep);
   }
 
   function csv(traces, xTitle) {
@@ -93,6 +133,6 @@ var CrucibleCharts = (function () {
   // The title left and the toolbar right, so the toolbar never sits on the title.
   function title(text) { return {text: text, font: {size: 13}, x: 0.01, xanchor: "left", y: 0.97, yanchor: "top"}; }
 
-  return {runColour: runColour, ema: ema, stepAxis: stepAxis, csv: csv, config: config, title: title,
-          palette: PALETTE};
+  return {runColour: runColour, ema: ema, stepAxis: stepAxis, xScale: xScale, xTitle: xTitle, xAxis: xAxis,
+          csv: csv, config: config, title: title, palette: PALETTE};
 })();

@@ -1,4 +1,5 @@
-// Compare runs: the same metric of every run on one chart; a picker for any metric any run reported.
+// Compare runs: the same metric of every run on one chart; a picker for any metric any run reported;
+// x by step, wall time or generated tokens, each run on its own clock and token count.
 (function () {
   "use strict";
   var series = JSON.parse(document.getElementById("compare-data").textContent);
@@ -8,19 +9,26 @@
                 xaxis: {title: {text: "step", standoff: 4}, rangemode: "tozero"}, yaxis: {automargin: true}};
   var PERCENT = /pass|clip fraction|truncated/;
 
-  // Smoothing and log y as on the run page (the same choices, kept in this browser).
-  var controls = {smoothing: 0, logY: false};
+  // Smoothing, log y and the x axis as on the run page (the same choices, kept in this browser).
+  var controls = {smoothing: 0, logY: false, x: "step"};
   try { Object.assign(controls, JSON.parse(localStorage.getItem("crucible.charts") || "{}")); } catch (e) { /* defaults */ }
   var smoothingInput = document.getElementById("chart-smoothing"), logInput = document.getElementById("chart-log-y");
-  smoothingInput.value = controls.smoothing; logInput.checked = controls.logY;
+  var xInput = document.getElementById("chart-x");
+  smoothingInput.value = controls.smoothing; logInput.checked = controls.logY; xInput.value = controls.x;
+  if (!xInput.value) xInput.value = controls.x = "step";  // an unknown saved choice
+  var xOf = new Map();  // run id -> (step -> x on the chosen axis)
+  function scaleRuns() {
+    series.forEach(function (run) { xOf.set(run.id, CrucibleCharts.xScale(run.metrics, controls.x)); });
+  }
 
   function traces(key) {
     var out = [];
     series.forEach(function (run) {
+      var x = xOf.get(run.id);
       var pts = run.metrics.filter(function (m) {
-        return typeof m.metrics[key] === "number" && !(controls.logY && m.metrics[key] <= 0);
+        return typeof m.metrics[key] === "number" && !(controls.logY && m.metrics[key] <= 0) && x(m.step) !== null;
       });
-      var xs = pts.map(function (m) { return m.step; }), ys = pts.map(function (m) { return m.metrics[key]; });
+      var xs = pts.map(function (m) { return x(m.step); }), ys = pts.map(function (m) { return m.metrics[key]; });
       var colour = CrucibleCharts.runColour(run.id), smooth = controls.smoothing > 0 && xs.length > 1;
       if (smooth) {
         out.push({x: xs, y: ys, name: "#" + run.id + " (raw)", meta: "raw", mode: "lines", type: "scatter",
@@ -36,8 +44,10 @@
     return run.metrics.length ? run.metrics[run.metrics.length - 1].step : 0;
   })));
   function plot(id, title, data) {
+    var xTitle = CrucibleCharts.xTitle(controls.x);
     var layout = Object.assign({}, LAYOUT, {title: CrucibleCharts.title(title), hovermode: "x unified",
-                                            xaxis: Object.assign({}, LAYOUT.xaxis, CrucibleCharts.stepAxis(maxStep))});
+                                            xaxis: Object.assign({}, LAYOUT.xaxis, {title: {text: xTitle, standoff: 4}},
+                                                                 CrucibleCharts.xAxis(controls.x, maxStep))});
     if (PERCENT.test(title)) layout.yaxis = {automargin: true, tickformat: ".0%"};
     if (controls.logY) layout.yaxis = Object.assign({}, layout.yaxis, {type: "log"});
     if (!data.some(function (t) { return t.x.length; })) {
@@ -46,7 +56,7 @@
                                font: {size: 12, color: "#6b7280"}}]};
     }
     Plotly.react(document.getElementById(id), data, layout,
-                 CrucibleCharts.config("compare-" + id.replace(/^compare-/, ""), function () { return "step"; }));
+                 CrucibleCharts.config("compare-" + id.replace(/^compare-/, ""), function () { return xTitle; }));
   }
 
   var keys = new Set();
@@ -64,19 +74,23 @@
   function plotPicked() { plot("compare-main", CrucibleMetrics.label(pick.value), traces(pick.value)); }
   pick.addEventListener("change", plotPicked);
   function drawAll() {
+    scaleRuns();
     if (pick.value) plotPicked();
     plot("compare-reward", CrucibleMetrics.label("reward/mean"), traces("reward/mean"));
     plot("compare-kl", CrucibleMetrics.label("kl"), traces("kl"));
     plot("compare-eval", "held-out pass@1", series.map(function (run) {
-      var pts = run.evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; });
-      return {x: pts.map(function (e) { return e.step; }), y: pts.map(function (e) { return e["pass@1"]; }),
+      var x = xOf.get(run.id);
+      var pts = run.evals.filter(function (e) {
+        return e.split === "heldout" && e["pass@1"] !== null && x(e.step) !== null;
+      });
+      return {x: pts.map(function (e) { return x(e.step); }), y: pts.map(function (e) { return e["pass@1"]; }),
               name: "#" + run.id + " " + run.name, mode: "lines+markers", type: "scatter",
               line: {color: CrucibleCharts.runColour(run.id)}, hovertemplate: "%{y:.0%}<extra>#" + run.id + "</extra>"};
     }));
   }
-  [smoothingInput, logInput].forEach(function (el) {
+  [smoothingInput, logInput, xInput].forEach(function (el) {
     el.addEventListener("input", function () {
-      controls.smoothing = Number(smoothingInput.value); controls.logY = logInput.checked;
+      controls.smoothing = Number(smoothingInput.value); controls.logY = logInput.checked; controls.x = xInput.value;
       document.getElementById("chart-smoothing-value").textContent = controls.smoothing.toFixed(2);
       var saved = {};
       try { saved = JSON.parse(localStorage.getItem("crucible.charts") || "{}"); } catch (e) { /* none */ }

@@ -1,6 +1,7 @@
-// New-run form: presets fill every field; a switched-off section (use lora) greys out its fields; the
-// sticky launch bar says what differs from the chosen preset; out-of-range numbers are refused here,
-// with the server's wording, before the form is sent.
+// New-run form: presets fill every field, and move off a problem set they cannot use well to the
+// newest one they can; a switched-off section (use lora) greys out its fields; the sticky launch bar
+// says what differs from the chosen preset; out-of-range numbers are refused here, with the server's
+// wording, before the form is sent.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");
@@ -51,14 +52,37 @@
 
   // What the chosen set lacks, as the server will say it (webapp/runs/forms.py set_warnings).
   var sets = JSON.parse(document.getElementById("sets-data").textContent);
-  function showSetIssues() {
-    var facts = sets[form.elements["problem_set"].value];
-    var el = document.getElementById("set-issues");
+  function setIssues(setId, perStep) {
+    var facts = sets[setId];
     var issues = facts ? facts.issues.slice() : [];
-    var perStep = Number(form.elements["sampling.problems_per_step"].value);
     if (facts && perStep > facts.train) issues.push("only " + facts.train + " train problems for problems_per_step " + perStep);
+    return issues;
+  }
+
+  function perStep() { return Number(form.elements["sampling.problems_per_step"].value); }
+
+  function showSetIssues() {
+    var issues = setIssues(form.elements["problem_set"].value, perStep());
+    var el = document.getElementById("set-issues");
     el.textContent = issues.length ? "⚠ " + issues.join("; ") : "";
     el.hidden = !issues.length;
+  }
+
+  // After a preset: a set it cannot use well gives way to the newest set it can (the dropdown lists the
+  // newest first), as the server picks the first set it offers; with none better the choice stays.
+  function pickUsableSet() {
+    var select = form.elements["problem_set"], note = document.getElementById("set-switched");
+    var issues = select.value ? setIssues(select.value, perStep()) : ["no set chosen"];
+    if (!issues.length) return;
+    var usable = Array.prototype.find.call(select.options, function (o) {
+      return o.value && sets[o.value] && !setIssues(o.value, perStep()).length;
+    });
+    if (!usable) return;
+    var was = sets[select.value];
+    select.value = usable.value;
+    note.textContent = "Problem set changed to “" + sets[usable.value].name + "” for " + current.title +
+      (was ? ": “" + was.name + "” has " + issues.join("; ") : "") + ".";
+    note.hidden = false;
   }
 
   function syncSections() {
@@ -73,19 +97,21 @@
   // The same check and message as the server's bounds validator (webapp/runs/forms.py).
   function boundsError(el) {
     if (el.type !== "number" || el.disabled || el.value === "") return null;
-    var v = Number(el.value), parts = [], ok = true;
+    var v = Number(el.value), parts = [], low = false, high = false;
     if (el.min !== "") {
       var exMin = el.dataset.exclusiveMin === "true";
       parts.push((exMin ? "> " : ">= ") + el.min);
-      ok = ok && (exMin ? v > Number(el.min) : v >= Number(el.min));
+      low = exMin ? v <= Number(el.min) : v < Number(el.min);
     }
     if (el.max !== "") {
       var exMax = el.dataset.exclusiveMax === "true";
       parts.push((exMax ? "< " : "<= ") + el.max);
-      ok = ok && (exMax ? v < Number(el.max) : v <= Number(el.max));
+      high = exMax ? v >= Number(el.max) : v > Number(el.max);
     }
     if (el.step !== "any" && !Number.isInteger(v)) return "must be a whole number; got " + el.value;
-    return ok ? null : "must be " + parts.join(" and ") + "; got " + el.value;
+    if (!low && !high) return null;
+    var why = low && el.dataset.belowMinimum ? ": " + el.dataset.belowMinimum : "";
+    return "must be " + parts.join(" and ") + "; got " + el.value + why;
   }
 
   function markBounds(el) {
@@ -116,11 +142,13 @@
       form.querySelectorAll(".preset").forEach(function (b) { b.classList.toggle("primary", b === button); });
       syncSections();
       form.querySelectorAll("input[type=number]").forEach(markBounds);
+      pickUsableSet();
       showChanges();
       showSetIssues();
     });
   });
   form.addEventListener("change", function (e) {
+    if (e.target.name === "problem_set") document.getElementById("set-switched").hidden = true;  // the user's own pick
     if (e.target.type === "checkbox") syncSections();
     if (e.target.type === "number") markBounds(e.target);
     showChanges();

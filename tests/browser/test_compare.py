@@ -76,3 +76,42 @@ def test_compare_smooths_and_logs_like_the_run_page(page, live_server_url, user,
     assert page.evaluate("document.getElementById('compare-reward').layout.yaxis.type") == "log"
     page.reload()
     assert page.is_checked("#chart-log-y") and page.input_value("#chart-smoothing") == "0.5"
+
+
+def test_compare_puts_each_run_on_its_own_wall_time_and_tokens(page, live_server_url, user, finished):
+    from tests.webapp.runs.conftest import step_event, write_events
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    other = create_run(user, "slower", finished.problem_set, TINY_OVERRIDES)
+    other.claim(host="h", pid=1)
+    steps = [step_event(s) for s in (1, 2)]
+    for s, event in enumerate(steps, start=1):  # 100 tokens a step; a step a minute, the first from t = 1000
+        event["metrics"] |= {"tokens_per_s": 50.0, "time/rollout_s": 2.0, "time/step_s": 60.0}
+        event["time"] = 1000.0 + 60 * s
+    write_events(other.path / "events.jsonl", steps)
+    follower = EventFollower(other.path / "events.jsonl")
+    ingest_new_events(other, follower)
+    follower.close()
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/compare?ids={finished.pk},{other.pk}")
+    wait_until(page, "document.getElementById('compare-reward').data !== undefined", 10)
+
+    def xs(chart):
+        return page.evaluate(f"(() => {{ const gd = document.getElementById('{chart}');"
+                             " return [gd.layout.xaxis.title.text, Object.fromEntries(gd.data"
+                             ".filter(t => t.meta !== 'raw').map(t => [t.name, Array.from(t.x)]))]; })()")
+
+    assert xs("compare-reward") == ["step", {f"#{finished.pk} finished run": [1, 2, 3], f"#{other.pk} slower": [1, 2]}]
+    page.select_option("#chart-x", "tokens")  # the finished run: 500 tokens/s over 1 s of rollout a step
+    assert xs("compare-reward") == ["generated tokens", {f"#{finished.pk} finished run": [500, 1000, 1500],
+                                                         f"#{other.pk} slower": [100, 200]}]
+    title, evals = xs("compare-eval")  # the evaluation before training sits at 0 on every axis
+    assert evals[f"#{finished.pk} finished run"] == [0, 1500] and evals[f"#{other.pk} slower"] == []
+    page.select_option("#chart-x", "time")
+    title, reward = xs("compare-reward")
+    assert title == "wall time (min)" and reward[f"#{other.pk} slower"] == pytest.approx([1, 2])
+    page.reload()  # remembered in this browser, with the run page's choice
+    assert page.input_value("#chart-x") == "time"
+    assert page.evaluate("JSON.parse(localStorage.getItem('crucible.charts')).x") == "time"

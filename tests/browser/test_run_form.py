@@ -28,7 +28,7 @@ def test_out_of_range_numbers_are_refused_before_the_form_is_sent(page, live_ser
     page.click("#launch")
     assert page.evaluate("window.__sameDocument === true")  # nothing was sent
     errors = page.locator("[data-field='sampling.candidates_per_problem'] .errorlist")
-    assert "must be >= 2 and <= 256; got 1" in errors.inner_text()
+    assert "must be >= 2 and <= 256; got 1: a group of one candidate has no baseline" in errors.inner_text()
     assert "must be > 0.0 and < 1.0; got 0" in page.locator("[data-field='ppo.clip_range'] .errorlist").inner_text()
 
 
@@ -59,3 +59,31 @@ def test_the_launch_bar_names_what_the_chosen_set_lacks_before_launch(page, live
     page.fill("input[name='sampling.problems_per_step']", "4")
     assert "problems_per_step" not in issues.inner_text()
     page.screenshot(path=str(output_dir / "new-run-set-issues.png"))
+
+
+def test_a_preset_moves_off_a_set_it_cannot_use_to_the_newest_set_it_can(page, live_server_url, user, output_dir):
+    big = make_problem_set(user, "big set", problem_lines(32, 4))
+    small = make_problem_set(user, "small set", problem_lines(8, 2))
+    scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={scratch.pk}")
+    chosen, note = page.locator("select[name=problem_set]"), page.locator("#set-switched")
+    assert note.is_hidden()
+
+    page.click(".preset[data-preset='cpu-demo']")  # 8 problems a step: the small set is the newest that fits
+    assert chosen.input_value() == str(small.pk) and page.locator("#set-issues").is_hidden()
+    assert note.inner_text() == ("Problem set changed to “small set” for CPU demo — tiny model: “scratch upload” "
+                                 "has no held-out problems; only 4 train problems for problems_per_step 8.")
+    page.screenshot(path=str(output_dir / "new-run-preset-set.png"))
+
+    page.click(".preset[data-preset='qwen3.5-9b-lora-80gb']")  # 32 a step
+    assert chosen.input_value() == str(big.pk)
+    assert "“small set” has only 8 train problems for problems_per_step 32" in note.inner_text()
+    page.click(".preset[data-preset='cpu-demo']")
+    assert chosen.input_value() == str(big.pk)  # a set the preset can use stays chosen
+
+    page.select_option("select[name=problem_set]", str(scratch.pk))
+    assert note.is_hidden()  # the user's own pick
+    page.fill("input[name='sampling.problems_per_step']", "64")
+    page.click(".preset[data-preset='qwen3.5-9b-lora-80gb']")
+    assert chosen.input_value() == str(big.pk)  # the preset's 32, not the 64 typed before it

@@ -299,6 +299,20 @@ def test_every_integer_field_has_an_upper_bound_that_fits_an_int4_column():
             assert f.metadata.get("le", f.metadata.get("lt")) <= INT32_MAX, name
 
 
+def test_a_group_of_one_candidate_is_refused_by_the_fields_own_bound_with_the_reason():
+    with pytest.raises(ConfigError) as info:
+        SamplingConfig(candidates_per_problem=1)  # no cross-section rule needed: the bound says it
+    assert info.value.field == "candidates_per_problem"
+    assert str(info.value) == ("candidates_per_problem: must be >= 2 and <= 1024; got 1: a group of one candidate "
+                               "has no baseline, so every advantage is zero and nothing is learned "
+                               "(recommended range 4-16)")
+    with pytest.raises(ConfigError) as info:
+        SamplingConfig(candidates_per_problem=2000)
+    assert "baseline" not in str(info.value)  # the reason explains the minimum only
+    candidates = json_schema()["properties"]["sampling"]["properties"]["candidates_per_problem"]
+    assert candidates["minimum"] == 2 and "no baseline" in candidates["x-below-minimum"]
+
+
 def test_a_huge_step_count_is_refused_naming_the_field():
     with pytest.raises(ConfigError) as info:
         config_from_dict({"train": {"steps": 2**63}})

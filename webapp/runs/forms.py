@@ -23,9 +23,6 @@ GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 SKIP = {"problems", "model.adapters"}  # from the problem set; from model.name_or_path (run:<id>/step-<n>)
-# Bounds that RunConfig._check enforces across sections, narrower than the field's own schema bound; the form
-# shows them (help text, browser min) so the help never contradicts the error the server gives.
-NARROWER = {"sampling.candidates_per_problem": {"minimum": 2}}
 
 
 def _group_of(name: str) -> str:
@@ -83,16 +80,16 @@ def _bounds_validator(schema: dict):
     text = " and ".join(f"{sym} {bound}" for _, sym, bound in checks)
 
     def validate(value):
-        if value is not None and not all(ops[sym](value, bound) for _, sym, bound in checks):
-            raise forms.ValidationError(f"must be {text}; got {value!r}")
+        failed = {key for key, sym, bound in checks if value is not None and not ops[sym](value, bound)}
+        if failed:
+            # Why a value under the minimum cannot work, in the config's words (its field's `below`).
+            why = schema.get("x-below-minimum") if failed & {"minimum", "exclusiveMinimum"} else None
+            raise forms.ValidationError(f"must be {text}; got {value!r}" + (f": {why}" if why else ""))
     return validate
 
 
-def _leaf_field(schema: dict, label: str, shown: dict | None = None) -> forms.Field:
-    """``shown``: the schema with NARROWER bounds, for the help and the browser; the form validates the
-    field's own bounds and leaves the cross-field rule, with its explanation, to the config."""
+def _leaf_field(schema: dict, label: str) -> forms.Field:
     validators = [_bounds_validator(schema)] if _bounds_text(schema) else []
-    schema = shown or schema
     help_text = schema.get("description", "")
     bounds = _bounds_text(schema)
     if bounds:
@@ -128,6 +125,8 @@ def _leaf_field(schema: dict, label: str, shown: dict | None = None) -> forms.Fi
         attrs["max"] = schema["exclusiveMaximum"] - 1 if base == "integer" else schema["exclusiveMaximum"]
         if base != "integer":
             attrs["data-exclusive-max"] = "true"
+    if "x-below-minimum" in schema:
+        attrs["data-below-minimum"] = schema["x-below-minimum"]
     if nullable:
         attrs["placeholder"] = "null"  # what an empty field means, as the help text says "null = ..."
     if base == "integer":
@@ -158,7 +157,7 @@ def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[st
             out.append((name, switch, s.get("default") is not None))
             out += config_fields(obj, name + ".")
             continue
-        out.append((name, _leaf_field(s, s.get("title", key), shown=s | NARROWER.get(name, {})), s.get("default")))
+        out.append((name, _leaf_field(s, s.get("title", key)), s.get("default")))
     return out
 
 

@@ -106,7 +106,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     from .forms import set_warnings
 
     # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
-    set_facts = {ps.pk: {"train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
+    set_facts = {ps.pk: {"name": ps.name, "train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
                  for ps in form.fields["problem_set"].queryset}
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
                                              "launch_warnings": warnings, "warnings_digest": _digest(warnings),
@@ -152,12 +152,9 @@ def _default_problem_set(sets, problems_per_step: int):
 
 @require_GET
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    # Only reads: a run whose worker died gets its verdict from the lost-run sweep (celery beat every
+    # minute, and each worker start: tasks.fail_lost_runs), never from whoever opens the page.
     run = _run(request, run_id)
-    from .supervisor import STALE_AFTER, settle_lost_run, supervisor_is_alive
-
-    if run.status in ("running", "cancelling") and run.heartbeat and not supervisor_is_alive(run):
-        settle_lost_run(run, f"no heartbeat from the worker for more than {int(STALE_AFTER.total_seconds())} s")
-        run.refresh_from_db()
     run_evals = queries.evals(run)
     last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
     latest = StepMetric.objects.filter(run=run).order_by("-step").values_list("step", "metrics").first()

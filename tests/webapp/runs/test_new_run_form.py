@@ -62,6 +62,7 @@ def test_help_and_browser_bounds_agree_with_the_server(client_alice, problem_set
     html = client_alice.get("/runs/new").content.decode()
     candidates = html.split('name="sampling.candidates_per_problem"')[1]
     assert 'min="2"' in candidates.split(">")[0] and "(≥ 2, ≤ " in candidates.split("</div>")[0]
+    assert 'data-below-minimum="a group of one candidate has no baseline' in candidates.split(">")[0]
     clip = html.split('name="ppo.clip_range"')[1].split(">")[0]
     assert 'min="0.0"' in clip and 'max="1.0"' in clip and 'data-exclusive-min="true"' in clip
     lr = html.split('name="ppo.learning_rate"')[1].split(">")[0]

@@ -98,8 +98,16 @@ def test_a_bad_value_comes_back_inline_on_its_field(client_alice, problem_set):
 
 
 def test_cross_field_errors_land_on_the_named_field(client_alice, problem_set):
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"ppo.minibatch_size": "1000"}))
+    assert "only has 4 candidates" in r.context["form"]["ppo.minibatch_size"].errors[0]
+
+
+def test_a_group_of_one_candidate_is_refused_on_its_field_with_the_reason(client_alice, problem_set):
     r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.candidates_per_problem": "1"}))
-    assert "at least 2" in r.context["form"]["sampling.candidates_per_problem"].errors[0]
+    [error] = r.context["form"]["sampling.candidates_per_problem"].errors
+    assert error.startswith("must be >= 2 and <= ") and error.endswith("; got 1: a group of one candidate has "
+                                                                      "no baseline, so every advantage is zero "
+                                                                      "and nothing is learned")
 
 
 def test_the_run_page_embeds_its_state_and_the_headline(client_alice, run):

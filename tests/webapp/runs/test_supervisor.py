@@ -7,8 +7,10 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from webapp.runs.models import Run, RunEvent, StepMetric
 from webapp.runs.services import cancel_run
@@ -219,6 +221,43 @@ def test_a_pid_reused_by_another_process_is_not_taken_for_the_trainer(run):
     assert run.claim(host=socket.gethostname(), pid=2 ** 22 + 7)
     Run.objects.filter(pk=run.pk).update(trainer_pid=os.getpid())  # alive, but not a trainer of this run
     assert fail_lost_runs() == [run.pk]
+
+
+def stored_rows(run) -> tuple:
+    """Everything the settling of a lost run would write: the run row and its events."""
+    return (tuple(Run.objects.filter(pk=run.pk).values().get().items()),
+            tuple(RunEvent.objects.filter(run=run).values_list("seq", "kind")))
+
+
+def test_the_run_page_only_reads_a_lost_run_and_the_sweep_settles_it(client_alice, run):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert run.claim(host=socket.gethostname(), pid=2 ** 22 + 7)  # its worker died
+    write_events(run.path / "events.jsonl", [step_event(1), {"event": "done", "status": "succeeded", "error": None}])
+    before = stored_rows(run)
+    with CaptureQueriesContext(connection) as queries:
+        assert client_alice.get(f"/runs/{run.pk}/").status_code == 200
+    writes = [q["sql"] for q in queries if q["sql"].lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE")]
+    assert writes == [] and stored_rows(run) == before
+
+    assert fail_lost_runs() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.step == 1 and RunEvent.objects.filter(run=run).count() == 2
+
+
+def test_the_sweep_settles_a_run_whose_worker_on_another_host_stopped_beating(run):
+    from webapp.runs.supervisor import STALE_AFTER
+
+    assert run.claim(host="another-host", pid=1)
+    write_events(run.path / "events.jsonl", [step_event(1)])
+    assert fail_lost_runs() == []  # a fresh heartbeat: its supervisor is at work
+    stale = time.time() - STALE_AFTER.total_seconds() - 5
+    os.utime(run.path / "events.jsonl", (stale, stale))  # and its trainer has stopped writing
+    Run.objects.filter(pk=run.pk).update(heartbeat=timezone.now() - STALE_AFTER - timedelta(seconds=5))
+    assert fail_lost_runs() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == "failed" and "another-host:1" in run.error and "died" in run.error and run.step == 1
 
 
 # ---- a worker shutdown (a restart): the run resumes by itself --------------------------------------
