@@ -12,8 +12,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from webapp.accounts.auth import BearerWebsocketMiddleware  # noqa: E402
 from webapp.core.realtime import ChannelLayerGuard  # noqa: E402
-from webapp.problems.uploads import BodyLimitMiddleware  # noqa: E402
+from webapp.problems.uploads import BodyLimitMiddleware, body_limit, refuse_oversize_bodies_in_daphne  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
+
+# Under daphne, a declared over-size body is refused before daphne stores any of it.
+refuse_oversize_bodies_in_daphne(body_limit())
 
 application = ProtocolTypeRouter({
     # An over-size body is refused before Django spools or parses any of it.

@@ -110,26 +110,97 @@ def _content_length(scope) -> int | None:
     return None
 
 
-def _refuse(scope, send, limit: int):
+def refusal(path: str, method: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """(status, headers, body) of the answer to an over-size body: JSON 413 under /api/, a redirect
+    to the list page (which explains the limit) for the upload form, a short HTML 413 elsewhere."""
     from django.conf import settings
     from django.urls import reverse
     from django.utils.html import escape
 
     from .services import too_large_message
 
-    path = scope.get("path", "")
     message = too_large_message("the request body", settings.UPLOAD_MAX_BYTES)
     if path.startswith("/api/"):
         body = json.dumps({"detail": f"upload refused: {message}",
                            "errors": [{"line": 0, "field": "file", "message": message}]}).encode()
-        return _respond(send, 413, body, [(b"content-type", b"application/json")])
+        return 413, [(b"content-type", b"application/json")], body
     upload_form = reverse("problems:list")
-    if path == upload_form and scope.get("method") == "POST":
-        location = f"{upload_form}?{TOO_LARGE_QUERY}".encode()
-        return _respond(send, 303, b"", [(b"location", location)])
+    if path == upload_form and method == "POST":
+        return 303, [(b"location", f"{upload_form}?{TOO_LARGE_QUERY}".encode())], b""
     body = (f"<!doctype html><title>Request too large</title><h1>Request too large</h1>"
             f"<p>{escape(message)}.</p><p><a href=\"{upload_form}\">Back to the problem sets</a></p>").encode()
-    return _respond(send, 413, body, [(b"content-type", b"text/html; charset=utf-8")])
+    return 413, [(b"content-type", b"text/html; charset=utf-8")], body
+
+
+def _refuse(scope, send, limit: int):
+    status, headers, body = refusal(scope.get("path", ""), scope.get("method", ""))
+    return _respond(send, status, body, headers)
+
+
+def refuse_oversize_bodies_in_daphne(limit: int) -> bool:
+    """Refuse a declared over-size body in daphne itself, as soon as its headers arrive.
+
+    daphne reads a whole request body (into a temporary file, then every chunk into the app's queue
+    at once) before the ASGI app sees the request, so ``BodyLimitMiddleware`` alone still let a
+    refused 60 MB upload cost the web process ~900 MB at its peak. Here twisted's ``gotLength`` (the
+    headers are in, no body byte read) answers with ``refusal`` and closes the connection; the body
+    is never stored and the app never runs. Bodies without a length (chunked) are still counted by
+    the middleware. -> whether daphne is there to be limited.
+    """
+    try:
+        from daphne.http_protocol import WebRequest
+    except ImportError:
+        return False
+    WebRequest.crucible_body_limit = limit
+    if getattr(WebRequest, "crucible_limited", False):
+        return True
+    original_got_length, original_process = WebRequest.gotLength, WebRequest.process
+
+    def gotLength(self, length):  # noqa: N802 (twisted's name)
+        if length is not None and length > WebRequest.crucible_body_limit:
+            self.crucible_refused = True
+            self.content = _Discard()
+            channel = self.channel
+            path = (getattr(channel, "_path", b"") or b"").split(b"?", 1)[0].decode("latin-1")
+            method = (getattr(channel, "_command", b"") or b"").decode("latin-1")
+            status, headers, body = refusal(path, method)
+            head = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}".encode()]
+            head += [name + b": " + value for name, value in headers]
+            head += [b"content-length: " + str(len(body)).encode(), b"connection: close"]
+            channel.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+            channel.transport.loseConnection()
+            return None
+        return original_got_length(self, length)
+
+    def process(self):
+        if getattr(self, "crucible_refused", False):
+            return None
+        return original_process(self)
+
+    WebRequest.gotLength, WebRequest.process = gotLength, process
+    WebRequest.crucible_limited = True
+    return True
+
+
+_REASONS = {303: "See Other", 413: "Payload Too Large"}
+
+
+class _Discard:
+    """Where the body of a refused request goes: nowhere."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def seek(self, *args) -> int:
+        return 0
+
+    def read(self, *args) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        pass
+
+    closed = False
 
 
 async def _respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
