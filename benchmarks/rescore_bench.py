@@ -25,20 +25,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DIMS = ("pass_rate", "syntax", "efficiency", "conciseness", "format")
-WEIGHTS = {"pass_rate": 1.0, "syntax": 0.0, "efficiency": 0.3, "conciseness": 0.2, "format": 0.0}
-
-
-def setup_django(data_dir: str) -> None:
-    os.environ["CRUCIBLE_DATA_DIR"] = data_dir
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings.local")
+if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-    import django
 
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+from benchmarks.web_bench import setup_django  # noqa: E402
+from training.rewards import DIMENSIONS as DIMS  # noqa: E402
+WEIGHTS = {"pass_rate": 1.0, "syntax": 0.0, "efficiency": 0.3, "conciseness": 0.2, "format": 0.0}
 
 
 def seed_demo_run(steps: int):

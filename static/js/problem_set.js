@@ -5,6 +5,31 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
   });
 });
 
+// Follow one problem set's job live: its notifications over the websocket, with polling of
+// /api/problem-sets/<id> as the fallback. `show` gets the event (or the API's `key` object) until
+// `finished()` says the page has what it waited for.
+function followProblemSet(id, event, key, show, finished) {
+  try {
+    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
+    socket.onmessage = (msg) => {
+      const data = JSON.parse(msg.data);
+      if (data.event === event && data.problem_set === id) show(data);
+    };
+  } catch (err) { /* polling below still follows the job */ }
+
+  async function poll() {
+    if (finished()) return;
+    try {
+      const response = await fetch("/api/problem-sets/" + id + "?results=false",
+                                   {credentials: "same-origin", headers: {Accept: "application/json"}});
+      if (response.ok) show((await response.json())[key]);
+    } catch (err) { /* network blip: try again */ }
+    if (!finished()) window.setTimeout(poll, 2000);
+  }
+  window.setTimeout(poll, 2000);
+}
+
 // Problem-set page: follow a pending/running validation (websocket, with polling as the fallback)
 // and reload once it has finished, so the per-problem verdicts appear without a manual refresh.
 (function () {
@@ -41,25 +66,7 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     }
   }
 
-  try {
-    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
-    socket.onmessage = (msg) => {
-      const data = JSON.parse(msg.data);
-      if (data.event === "validation" && data.problem_set === id) show(data);
-    };
-  } catch (err) { /* polling below still follows the job */ }
-
-  async function poll() {
-    if (finished) return;
-    try {
-      const response = await fetch("/api/problem-sets/" + id + "?results=false",
-                                   {credentials: "same-origin", headers: {Accept: "application/json"}});
-      if (response.ok) show((await response.json()).validation);
-    } catch (err) { /* network blip: try again */ }
-    if (!finished) window.setTimeout(poll, 2000);
-  }
-  window.setTimeout(poll, 2000);
+  followProblemSet(id, "validation", "validation", show, () => finished);
 })();
 
 // Problem-set page of a large upload: follow its background import (lines and bytes read) and
@@ -94,23 +101,5 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     window.location.reload();
   }
 
-  try {
-    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
-    socket.onmessage = (msg) => {
-      const data = JSON.parse(msg.data);
-      if (data.event === "import" && data.problem_set === id) show(data);
-    };
-  } catch (err) { /* polling below still follows the import */ }
-
-  async function poll() {
-    if (finished) return;
-    try {
-      const response = await fetch("/api/problem-sets/" + id + "?results=false",
-                                   {credentials: "same-origin", headers: {Accept: "application/json"}});
-      if (response.ok) show((await response.json()).import);
-    } catch (err) { /* network blip: try again */ }
-    if (!finished) window.setTimeout(poll, 2000);
-  }
-  window.setTimeout(poll, 2000);
+  followProblemSet(id, "import", "import", show, () => finished);
 })();

@@ -8,6 +8,7 @@ by the tests.
 from __future__ import annotations
 
 from .model_refs import WEB_DEFAULT_MODEL
+from .services import merge_config
 
 TINY_QWEN3_5_MODEL = "models/tiny-qwen3_5"  # `make run` builds it next to models/tiny (webapp.launcher.DEMO_MODELS)
 
@@ -22,11 +23,6 @@ def _cpu_demo_config(model: str) -> dict:
         "ppo": {"learning_rate": 2e-3, "kl_coef": 0.01, "micro_batch_size": 64},
         "train": {"steps": 200, "eval_every": 40, "eval_samples": 16, "checkpoint_every": 40},
     }
-
-
-def _merge(base: dict, changes: dict) -> dict:
-    return {key: ({**base.get(key, {}), **value} if isinstance(value, dict) else value)
-            for key, value in {**base, **changes}.items()}
 
 
 def presets() -> list[dict]:
@@ -46,8 +42,8 @@ def presets() -> list[dict]:
                            "linear-attention layers run transformers' PyTorch fallback on CPU): about three minutes.",
             # Measured by benchmarks/learning_demo.py --arch qwen3_5 --steps 60: held-out pass@1
             # 0.38 -> 0.74 in about 3 minutes on 2 cores (RESULTS.md).
-            "config": _merge(_cpu_demo_config(TINY_QWEN3_5_MODEL),
-                             {"train": {"steps": 60, "eval_every": 20, "checkpoint_every": 20}}),
+            "config": merge_config(_cpu_demo_config(TINY_QWEN3_5_MODEL),
+                                   {"train": {"steps": 60, "eval_every": 20, "checkpoint_every": 20}}),
         },
         {
             "name": "qwen3.5-9b-lora-80gb",
