@@ -250,6 +250,9 @@ def load_policy(model_config: Any, *, device: torch.device | str | None = None, 
     """
     from transformers import AutoModelForCausalLM
 
+    from training.runtime import cpu_float_mode
+
+    cpu_float_mode()  # before torch's first thread pool: its workers inherit the mode
     name = model_config.name_or_path
     tokenizer = load_tokenizer(name)
     try:

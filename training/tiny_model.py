@@ -300,7 +300,9 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
     import torch
 
     from sandbox import Runner
+    from training.runtime import cpu_float_mode
 
+    cpu_float_mode()  # the warm start trains Qwen3.5's delta rule too (see cpu_float_mode)
     started = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -305,3 +305,29 @@ def test_adapters_in_the_model_config_are_merged_into_the_base(policy, tiny_mode
         torch.testing.assert_close(merged.model(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-5)
         plain = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), lora=None), kl_coef=0.0)
         assert not torch.allclose(plain.model(input_ids=ids).logits, expected, atol=1e-5)
+
+
+def test_flushing_denormals_changes_no_gated_delta_rule_output_beyond_rounding():
+    """``cpu_float_mode`` (set by ``load_policy``) flushes float32 denormals to zero for speed: the
+    gated delta rule's decays reach them within a chunk, and its outputs stay the same."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule
+
+    from training.runtime import cpu_float_mode
+
+    gen = torch.Generator().manual_seed(0)
+    b, t, h, d = 2, 128, 4, 32
+    q, k, v = (torch.randn(b, t, h, d, generator=gen) for _ in range(3))
+    g = -torch.rand(b, t, h, generator=gen) * 3.0  # cumulative decays down to ~-190 over a 64-token chunk
+    beta = torch.rand(b, t, h, generator=gen)
+    assert torch.exp(g.reshape(b, 2, 64, h).cumsum(2)).abs().lt(torch.finfo(torch.float32).tiny).any()
+    try:
+        torch.set_flush_denormal(False)
+        exact, state = torch_chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True)
+        assert cpu_float_mode() is True  # x86 CPUs support FTZ/DAZ
+        flushed, flushed_state = torch_chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True,
+                                                              use_qk_l2norm_in_kernel=True)
+    finally:
+        cpu_float_mode()
+    torch.testing.assert_close(flushed, exact, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(flushed_state, state, rtol=1e-6, atol=1e-6)

@@ -54,6 +54,7 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert runtime["device"] == "cpu" and runtime["torch"] and runtime["transformers"] and runtime["peft"]
     assert sum(runtime["layer_types"].values()) == config.num_hidden_layers
     assert runtime["kernels"]["attention"] == "sdpa" and runtime["warnings"] == []
+    assert runtime["flush_denormal"] is True  # cpu_float_mode, set when the policy loaded (x86 here)
     if "linear_attention" in runtime["layer_types"]:  # no fla / causal-conv1d on this machine
         assert runtime["kernels"]["gated_delta_rule"] == "torch" and runtime["kernels"]["causal_conv1d"] == "torch"
     assert eval0["step"] == 0 and eval0["split"] == "heldout" and 0.0 <= eval0["pass@1"] <= 1.0

@@ -38,6 +38,8 @@ def runtime_rows(start: dict | None) -> dict | None:
     for label, key in (("architecture", "architecture"), ("device", "device"), ("dtype", "dtype")):
         if runtime.get(key):
             rows.append((label, str(runtime[key])))
+    if runtime.get("flush_denormal") and str(runtime.get("device", "")).startswith("cpu"):
+        rows.append(("float mode", "denormals flushed to zero (faster linear attention on CPU)"))
     layers = layer_mix(runtime.get("layer_types"))
     if layers:
         rows.append(("layers", layers))

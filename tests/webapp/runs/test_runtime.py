@@ -31,8 +31,11 @@ def test_runtime_rows_name_versions_device_kernels_and_keep_every_warning():
 
 def test_a_start_event_without_runtime_shows_none_and_a_missing_package_says_so():
     assert runtime_rows({"event": "start", "config": {}}) is None and runtime_rows(None) is None
-    rows = dict(runtime_rows({"runtime": runtime_block(peft=None, warnings=[])})["rows"])
+    rows = dict(runtime_rows({"runtime": runtime_block(peft=None, warnings=[], flush_denormal=True)})["rows"])
     assert "peft not installed" in rows["versions"]
+    assert "float mode" not in rows  # a GPU run: the CPU's float mode says nothing
+    cpu = dict(runtime_rows({"runtime": runtime_block(device="cpu", flush_denormal=True)})["rows"])
+    assert cpu["float mode"].startswith("denormals flushed to zero")
 
 
 def test_mismatch_is_a_warning_only_above_the_threshold():
