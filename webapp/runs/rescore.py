@@ -9,11 +9,16 @@ A penalised flag is read from a candidate's stored result, which is its first ex
 the "before", still is what training used).
 
 ``training.rescore`` needs torch (the advantage estimators are tensor functions), which the web
-server does not load at start (tests/test_layers.py): it is imported on the first re-scoring only.
+server does not load at start (tests/test_layers.py) and which takes seconds to import. A run page
+that has stored candidates to re-score starts that import in the background (``warm_up``), so the
+panel's first answer does not wait for it; a re-scoring that comes first imports it itself.
 """
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+import threading
 from typing import Any
 
 from training.config import ConfigError, config_from_dict
@@ -137,6 +142,22 @@ def rescore_run(run: Run, weights: Any = None, steps: Any = None, top: int = 10)
     return out | answer | {"range": [first, last]}
 
 
+_warm_up_started = threading.Event()
+
+
+def warm_up() -> threading.Thread | None:
+    """Import ``training.rescore`` (and torch) in a background thread, once per process -> the thread,
+    or None where it is imported or on its way. A re-scoring that arrives meanwhile waits on the
+    import lock for the rest of the same import, never starts a second one."""
+    if "training.rescore" in sys.modules or _warm_up_started.is_set():
+        return None
+    _warm_up_started.set()
+    thread = threading.Thread(target=importlib.import_module, args=("training.rescore",),
+                              name="crucible-rescore-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def panel_context(run: Run) -> dict:
     """What the run page's what-if panel (templates/runs/_whatif.html) starts from."""
     from training.config import field_docs
@@ -147,6 +168,8 @@ def panel_context(run: Run) -> dict:
     except ConfigError:
         cfg = config_from_dict({})
     stored = stored_steps(run)
+    if stored:
+        warm_up()  # the panel can be used: have its arithmetic loaded by the time it is
     weights = cfg.reward.weights.as_dict()
     return {"dimensions": [(name, f"{value:g}", docs.get(name, "")) for name, value in weights.items()],
             "stored": stored, "advantage": cfg.ppo.advantage, "default_steps": DEFAULT_STEPS,

@@ -160,3 +160,32 @@ def test_start_a_run_with_these_weights_prefills_the_new_run_form(client_alice, 
     r = client_alice.get(f"/runs/new?clone={run.pk}&reward.weights.pass_rate=-2")
     assert r.context["form"].initial["reward.weights.pass_rate"] == 0.6
     assert "reward.weights.pass_rate" in r.content.decode() and "is not a weight" in r.content.decode()
+
+
+def test_a_run_page_with_stored_candidates_loads_the_rescoring_in_the_background(client_alice, run, monkeypatch):
+    from webapp.runs import rescore as web_rescore
+
+    calls = []
+    monkeypatch.setattr(web_rescore, "warm_up", lambda: calls.append(1))
+    client_alice.get(f"/runs/{run.pk}/")
+    assert calls == []  # nothing to re-score yet: torch stays out of the web process
+    trained(run, steps=2)
+    client_alice.get(f"/runs/{run.pk}/")
+    assert calls == [1]
+
+
+def test_warm_up_imports_trainings_rescoring_once_in_a_thread_of_a_fresh_web_process():
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    code = ("import django, sys; django.setup(); from webapp.runs import rescore; "
+            "assert 'torch' not in sys.modules; t = rescore.warm_up(); assert t.name == 'crucible-rescore-warm-up'; "
+            "assert rescore.warm_up() is None; t.join(120); print('training.rescore' in sys.modules, t.daemon)")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings.test"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
