@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         a = argparse.Namespace(verb="bench", args=argv[1:])
     else:
         a = parser.parse_args(argv)
-    from .backends.base import SandboxUnavailable, WorkerBroken
+    from .backends.base import SandboxUnavailable
+    from .protocol.channel import WorkerBroken
     try:
         return {"run": cmd_run, "run-batch": cmd_run_batch, "check": cmd_check,
                 "bench": cmd_bench}[a.verb](a)

@@ -33,10 +33,9 @@ import threading
 import time
 
 from ..limits import Limits
-from ..result import ExecutionResult
 from . import isolation as iso
-from .base import Channel, Done, ExecIO, Executor, FrameReader, WorkerBroken, register
-from .drive import run_pooled
+from ..protocol.channel import Channel, Done, ExecIO, FrameReader, WorkerBroken
+from .base import PooledExecutor, register
 
 _HARNESS_DIR: str | None = None
 _HARNESS_LOCK = threading.Lock()
@@ -525,7 +524,7 @@ class ProcessWorker(Channel):
 
 
 @register("process")
-class ProcessExecutor(Executor):
+class ProcessExecutor(PooledExecutor):
     """Runs candidates in ProcessWorkers. Thread-safe: each thread borrows its own worker."""
 
     name = "process"
@@ -744,11 +743,6 @@ class ProcessExecutor(Executor):
             return w.isolation, list(w.features)
         finally:
             self._give_back(w, True)
-
-    def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
-            format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
-        return run_pooled(self, problem, code, limits, syntax_ok=syntax_ok, format_ok=format_ok,
-                          assembly_detail=assembly_detail)
 
     def close(self) -> None:
         with self._lock:

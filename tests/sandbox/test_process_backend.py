@@ -214,7 +214,7 @@ def test_without_bubblewrap_the_spawning_thread_never_drops_itself(monkeypatch):
 
 
 def test_a_spawner_thread_with_other_credentials_starts_nothing():
-    from sandbox.backends.base import WorkerBroken
+    from sandbox.protocol.channel import WorkerBroken
     with ProcessExecutor("warm") as ex:
         ex._credentials = (12345, 12345, 12345)  # as if this thread had failed to come back
         with pytest.raises(WorkerBroken, match="refusing"):
