@@ -72,6 +72,13 @@ class PooledExecutor(Executor):
     """An executor that lends started workers (`_borrow`) and takes them back (`_give_back`): the
     process and docker backends. `run` is the same for both."""
 
+    mode = "warm"
+    """`warm`: a worker serves many executions; `cold`: one each."""
+    max_executions = 500
+    """Executions a warm worker serves before it is recycled."""
+    _closed = False
+    """Set by `close`: nothing given back is kept any more."""
+
     def _borrow(self, limits: Limits) -> Channel:
         """A started worker for an execution under `limits` (idle, or started now)."""
         raise NotImplementedError
@@ -79,6 +86,12 @@ class PooledExecutor(Executor):
     def _give_back(self, worker: Channel, healthy: bool) -> None:
         """Take `worker` back: kept for the next execution when healthy, else closed."""
         raise NotImplementedError
+
+    def _keeps(self, worker: Channel, healthy: bool) -> bool:
+        """Whether a worker given back may serve the next execution: warm mode, an open pool, and a
+        healthy, live worker without anomaly and under its execution budget."""
+        return (self.mode == "warm" and healthy and not self._closed and worker.alive()
+                and worker.anomaly is None and worker.executions < self.max_executions)
 
     def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
             format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:

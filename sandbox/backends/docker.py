@@ -405,8 +405,7 @@ class DockerExecutor(PooledExecutor):
 
     def _give_back(self, ch: RelayChannel, healthy: bool) -> None:
         with self._lock:
-            if (self.mode == "warm" and healthy and not self._closed and ch.alive()
-                    and ch.anomaly is None and ch.executions < self.max_executions):
+            if self._keeps(ch, healthy):
                 self._idle.append(ch)
                 return
             self._all.discard(ch)

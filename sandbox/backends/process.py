@@ -792,8 +792,7 @@ class ProcessExecutor(PooledExecutor):
 
     def _give_back(self, w: ProcessWorker, healthy: bool) -> None:
         with self._lock:
-            if (self.mode == "warm" and healthy and not self._closed and w.alive()
-                    and w.anomaly is None and w.executions < self.max_executions):
+            if self._keeps(w, healthy):
                 self._idle.append(w)
                 return
             self._retire(w)

@@ -89,6 +89,14 @@ class Channel:
 
     isolation = "none"
     features: list[str] = []
+    executions = 0
+    """Executions started on this worker."""
+    anomaly: str | None = None
+    """Something odd the last execution left (stray processes, a flooded scratch): the worker is
+    recycled, and the execution's detail says so."""
+
+    def alive(self) -> bool:
+        raise NotImplementedError
 
     def start_execution(self, mode: str, code: str | None, stdin_data: bytes, limits: Limits) -> ExecIO:
         raise NotImplementedError
