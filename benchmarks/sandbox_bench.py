@@ -155,7 +155,7 @@ def bench_flags(repeat: int = 20) -> tuple[float, float, int]:
     output scan runs too). Per-problem analysis is cached, as it is in a run; the first call per
     problem is left out."""
     from sandbox import flags
-    from sandbox.problems import load_problems
+    from sandbox.formats import load_problems
     from sandbox.result import ExecutionResult
     demo = [(p, p.reference_solution) for p in
             load_problems(os.path.join(ROOT, "data", "demo", "problems.jsonl")).problems]

@@ -9,8 +9,9 @@ import importlib
 _EXPORTS = {
     # problems (S1)
     "Problem": "problems", "TestCase": "problems", "ProblemError": "problems",
-    "LoadError": "problems", "LoadResult": "problems", "load_problems": "problems",
-    "load_problems_bytes": "problems", "dump_problems": "problems", "FORMATS": "problems",
+    # problem files (S1)
+    "LoadError": "formats", "LoadResult": "formats", "load_problems": "formats",
+    "load_problems_bytes": "formats", "dump_problems": "formats", "FORMATS": "formats",
     # candidate assembly (S1)
     "Assembled": "candidate", "assemble": "candidate", "extract_code": "candidate",
     # execution (S2)

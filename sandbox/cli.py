@@ -29,7 +29,8 @@ def _read_text(path: str, what: str) -> str:
 
 
 def _load_one_problem(path: str):
-    from .problems import Problem, ProblemError, load_problems
+    from .formats import load_problems
+    from .problems import Problem, ProblemError
     text = _read_text(path, "--problem")
     try:
         obj = json.loads(text)
@@ -53,7 +54,7 @@ def _load_one_problem(path: str):
 
 
 def _load_problems(path: str, fmt: str = "auto"):
-    from .problems import load_problems
+    from .formats import load_problems
     try:
         res = load_problems(path, fmt)
     except OSError as e:
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         a = argparse.Namespace(verb="bench", args=argv[1:])
     else:
         a = parser.parse_args(argv)
-    from .backends.base import SandboxUnavailable, WorkerBroken
+    from .backends.base import SandboxUnavailable
+    from .protocol.channel import WorkerBroken
     try:
         return {"run": cmd_run, "run-batch": cmd_run_batch, "check": cmd_check,
                 "bench": cmd_bench}[a.verb](a)

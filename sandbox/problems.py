@@ -1,23 +1,20 @@
-"""Problems: the `Problem` dataclass, its native JSON form, and loading problem files.
+"""Problems: the `Problem` dataclass, its validation and its native JSON form (one object).
 
 A problem is either `function` (call-based: each test a statement, usually an `assert`, run in the
 candidate's namespace) or `stdio` (each test case a process fed `input`, its output compared by
 `checker`). See DESIGN.md "Problems" for the native JSON Lines format.
 
-Loading never raises on bad content: `load_problems` returns the good problems plus one `LoadError`
-per bad line (1-based line, field, message). Line 0 means the file as a whole (empty, not JSON Lines,
-a broken gzip stream, ...). Importers for the public formats live in `sandbox.formats`.
+This module imports nothing else of the sandbox. Files (reading every format, writing the native
+one) belong to `sandbox.formats`: `load_problems`, `load_problems_bytes`, `dump_problems`.
 """
 
 from __future__ import annotations
 
 import keyword
 import math
-import os
-from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
 
-FORMATS = ("native", "humaneval", "mbpp", "apps", "codecontests")
 KINDS = ("function", "stdio")
 SPLITS = ("train", "heldout")
 
@@ -48,7 +45,8 @@ def short(value: Any, limit: int = 80) -> str:
     return text
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """A JSON-ish name for a value's type (`object`, `list`, `string`...), for error messages."""
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null",
             int: "integer", float: "number"}.get(type(value), type(value).__name__)
 
@@ -56,7 +54,7 @@ def _type_name(value: Any) -> str:
 def validate_checker(checker: Any) -> str:
     """Return `checker` if it is `exact`, `tokens` or `float:EPS` (EPS a positive finite number)."""
     if not isinstance(checker, str):
-        raise ProblemError("checker", f"must be a string, got {_type_name(checker)}")
+        raise ProblemError("checker", f"must be a string, got {type_name(checker)}")
     if checker in ("exact", "tokens"):
         return checker
     if checker.startswith("float:"):
@@ -84,7 +82,7 @@ class TestCase:
         for name in ("input", "output"):
             value = getattr(self, name)
             if not isinstance(value, str):
-                raise ProblemError(name, f"must be a string, got {_type_name(value)}")
+                raise ProblemError(name, f"must be a string, got {type_name(value)}")
 
     def to_dict(self) -> dict:
         return {"input": self.input, "output": self.output}
@@ -153,7 +151,7 @@ class Problem:
         _check_str_tuple("tests", self.tests)
         _check_str_tuple("tags", self.tags)
         if not isinstance(self.test_cases, tuple):
-            raise ProblemError("test_cases", f"must be a list, got {_type_name(self.test_cases)}")
+            raise ProblemError("test_cases", f"must be a list, got {type_name(self.test_cases)}")
         for i, case in enumerate(self.test_cases):
             if not isinstance(case, TestCase):
                 raise ProblemError(f"test_cases[{i}]", "must be an object with input and output")
@@ -212,7 +210,7 @@ class Problem:
     def from_dict(cls, d: Any) -> "Problem":
         """Build a problem from its native JSON form; unknown keys and bad values raise ProblemError."""
         if not isinstance(d, dict):
-            raise ProblemError(None, f"a problem must be a JSON object, got {_type_name(d)}")
+            raise ProblemError(None, f"a problem must be a JSON object, got {type_name(d)}")
         unknown = [k for k in d if k not in _FIELDS]
         if unknown:
             key = unknown[0]
@@ -228,11 +226,11 @@ class Problem:
                 continue  # null in an optional field means "use the default"
             if name in ("tests", "tags"):
                 if not isinstance(value, list):
-                    raise ProblemError(name, f"must be a list of strings, got {_type_name(value)}")
+                    raise ProblemError(name, f"must be a list of strings, got {type_name(value)}")
                 value = tuple(value)
             elif name == "test_cases":
                 if not isinstance(value, list):
-                    raise ProblemError(name, f"must be a list of objects, got {_type_name(value)}")
+                    raise ProblemError(name, f"must be a list of objects, got {type_name(value)}")
                 value = tuple(_test_case_from_dict(c, f"test_cases[{i}]") for i, c in enumerate(value))
             elif name == "time_limit_s" and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
@@ -250,12 +248,12 @@ def _close_field(key: Any) -> str | None:
 
 def _test_case_from_dict(d: Any, where: str) -> TestCase:
     if not isinstance(d, dict):
-        raise ProblemError(where, f"must be an object with input and output, got {_type_name(d)}")
+        raise ProblemError(where, f"must be an object with input and output, got {type_name(d)}")
     for name in ("input", "output"):
         if name not in d:
             raise ProblemError(f"{where}.{name}", "is required")
         if not isinstance(d[name], str):
-            raise ProblemError(f"{where}.{name}", f"must be a string, got {_type_name(d[name])}")
+            raise ProblemError(f"{where}.{name}", f"must be a string, got {type_name(d[name])}")
     extra = [k for k in d if k not in ("input", "output")]
     if extra:
         raise ProblemError(f"{where}.{str(extra[0])[:80]}", "unknown field; a test case has input and output")
@@ -264,7 +262,7 @@ def _test_case_from_dict(d: Any, where: str) -> TestCase:
 
 def _check_id(value: Any) -> None:
     if not isinstance(value, str):
-        raise ProblemError("id", f"must be a string, got {_type_name(value)} {short(value)}")
+        raise ProblemError("id", f"must be a string, got {type_name(value)} {short(value)}")
     if not value.strip():
         raise ProblemError("id", "must not be empty")
     if len(value) > MAX_ID_LENGTH:
@@ -275,15 +273,15 @@ def _check_id(value: Any) -> None:
 
 def _check_str(name: str, value: Any) -> None:
     if not isinstance(value, str):
-        raise ProblemError(name, f"must be a string, got {_type_name(value)} {short(value)}")
+        raise ProblemError(name, f"must be a string, got {type_name(value)} {short(value)}")
 
 
 def _check_str_tuple(name: str, value: Any) -> None:
     if not isinstance(value, tuple):
-        raise ProblemError(name, f"must be a list of strings, got {_type_name(value)}")
+        raise ProblemError(name, f"must be a list of strings, got {type_name(value)}")
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise ProblemError(f"{name}[{i}]", f"must be a string, got {_type_name(item)} {short(item)}")
+            raise ProblemError(f"{name}[{i}]", f"must be a string, got {type_name(item)} {short(item)}")
 
 
 def _check_compiles(name: str, source: str) -> None:
@@ -293,76 +291,3 @@ def _check_compiles(name: str, source: str) -> None:
         raise ProblemError(name, f"does not compile: {e.msg} (line {e.lineno}): {short(source)}") from None
     except (ValueError, RecursionError, MemoryError) as e:
         raise ProblemError(name, f"does not compile: {type(e).__name__}: {short(str(e))}") from None
-
-
-@dataclass
-class LoadError:
-    """One bad line of a problem file. `line` is 1-based; 0 means the whole file."""
-
-    line: int
-    field: str | None
-    message: str
-
-    def to_dict(self) -> dict:
-        return {"line": self.line, "field": self.field, "message": self.message}
-
-    def __str__(self) -> str:
-        where = f"line {self.line}" if self.line else "file"
-        return f"{where}: {self.field + ': ' if self.field else ''}{self.message}"
-
-
-@dataclass
-class LoadResult:
-    """The good problems of a file, one error per bad line, and the format that was read."""
-
-    problems: list[Problem] = field(default_factory=list)
-    errors: list[LoadError] = field(default_factory=list)
-    format: str = "native"
-    limit: str | None = None
-    """`bytes` or `lines` when the file was refused for crossing that bound (see `parse_stream`)."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def load_problems(path_or_fileobj: "str | os.PathLike | IO[bytes]", format: str = "auto", *,
-                  name: str | None = None) -> LoadResult:
-    """Load a `.jsonl` or `.jsonl.gz` problem file (gzip recognised by its magic bytes).
-
-    `format` is `auto` (detected from the keys of the first object) or one of FORMATS; `name` is
-    only used in messages. A file that cannot be opened raises OSError; bad content never raises.
-    """
-    from sandbox.formats import parse_stream
-
-    if isinstance(path_or_fileobj, (str, os.PathLike)):
-        filename = name or os.fspath(path_or_fileobj)
-        with open(path_or_fileobj, "rb") as f:
-            return parse_stream(f, str(filename), format)
-    filename = name or getattr(path_or_fileobj, "name", None) or "<upload>"
-    return parse_stream(path_or_fileobj, str(filename), format)
-
-
-def load_problems_bytes(data: bytes, filename: str = "<upload>", format: str = "auto") -> LoadResult:
-    """Load problems from the raw bytes of an uploaded file (`filename` only for messages)."""
-    from sandbox.formats import parse_bytes
-    return parse_bytes(data, filename, format)
-
-
-def dump_problems(problems: Iterable[Problem], fileobj: IO) -> int:
-    """Write problems as native JSON Lines to a text or binary file object; returns the count."""
-    import json
-    count = 0
-    for problem in problems:
-        d = problem.to_dict()
-        line = json.dumps(d, ensure_ascii=False) + "\n"
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (legal in JSON escapes): keep them escaped
-            line = json.dumps(d, ensure_ascii=True) + "\n"
-        try:
-            fileobj.write(line)
-        except TypeError:
-            fileobj.write(line.encode("utf-8"))
-        count += 1
-    return count

@@ -349,7 +349,7 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
 
 def load_problem_file(path: str | Path) -> list[Any]:
     """Load problems with the sandbox's importers; any bad line is an error naming line and field."""
-    from sandbox.problems import load_problems
+    from sandbox.formats import load_problems
 
     path = Path(path)
     if not path.exists():

@@ -117,7 +117,7 @@ class Trainer:
     def __init__(self, config: RunConfig, out_dir: Path, accelerator: Any, events: EventWriter, stop: StopSignal,
                  *, runner: Any = None, rollout_chunks: int = 1, progress: bool = True,
                  phase_threads: "PhaseThreads | None" = None):
-        from sandbox.problems import load_problems
+        from sandbox.formats import load_problems
 
         self.config = config
         self.out_dir = out_dir

@@ -1,21 +1,20 @@
-"""The executor interface, the backend registry, and what a worker channel offers.
+"""The executor interface, the backend registry, and the base class of the pooled backends.
 
 Every backend starts the same in-sandbox worker (sandbox/harness.py) somewhere isolated and hands it
-executions through a `Channel`; drive.py's `drive_execution` runs the protocol over it. Backends
-differ only in how they isolate and start workers.
+executions through a `Channel` (sandbox/protocol/channel.py); `PooledExecutor.run` borrows a worker
+and `sandbox.protocol.driver.drive_execution` runs the execution over it. Backends differ only in
+how they isolate and start workers.
 """
 
 from __future__ import annotations
 
-import json
-import select
-import socket
-import time
-from dataclasses import dataclass
 from typing import Callable
 
+from .. import flags
 from ..limits import Limits
-from ..result import ExecutionResult
+from ..protocol.channel import Channel, WorkerBroken
+from ..protocol.driver import drive_execution
+from ..result import ExecutionResult, Outcome, TestResult
 
 BACKENDS: dict[str, Callable[..., "Executor"]] = {}
 
@@ -69,104 +68,66 @@ class Executor:
         self.close()
 
 
-# --- what a worker channel must offer ----------------------------------------------------------
+class PooledExecutor(Executor):
+    """An executor that lends started workers (`_borrow`) and takes them back (`_give_back`): the
+    process and docker backends. `run` is the same for both."""
 
-class WorkerBroken(Exception):
-    """The worker did not behave (died, hung, answered garbage); it must be recycled."""
+    mode = "warm"
+    """`warm`: a worker serves many executions; `cold`: one each."""
+    max_executions = 500
+    """Executions a warm worker serves before it is recycled."""
+    _closed = False
+    """Set by `close`: nothing given back is kept any more."""
 
-
-@dataclass
-class ExecIO:
-    """Host ends of one execution's pipes."""
-
-    stdout: int
-    stderr: int
-    rpc_to_child: int | None = None
-    rpc_from_child: int | None = None
-
-
-@dataclass
-class Done:
-    """The worker's (trusted) report on how the child ended."""
-
-    ended_by: str = "exit"
-    exit_code: int | None = None
-    signal: int | None = None
-    cpu_s: float = 0.0
-    maxrss_kb: int = 0
-    wiped: int = 0
-
-
-class FrameReader:
-    """Length-prefixed JSON frames (4-byte big-endian size, then the body) read from a worker's socket.
-
-    Shared by every backend: the worker side (sandbox/harness.py) writes the same framing.
-    """
-
-    def __init__(self, sock: socket.socket, who: str = "worker"):
-        self.sock = sock
-        self.who = who
-        self._buf = b""
-
-    def take(self) -> dict | None:
-        """The next complete frame already received, or None."""
-        if len(self._buf) >= 4:
-            n = int.from_bytes(self._buf[:4], "big")
-            if len(self._buf) >= 4 + n:
-                body, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
-                return json.loads(body)
-        return None
-
-    def feed(self, exited: Callable[[], str] | None = None) -> None:
-        """Read what the socket has (call when it is readable); WorkerBroken when the worker is gone."""
-        chunk = self.sock.recv(1 << 16)
-        if not chunk:
-            detail = exited() if exited else ""
-            raise WorkerBroken(f"{self.who} exited" + (f": {detail}" if detail else ""))
-        self._buf += chunk
-
-    def recv(self, timeout: float, exited: Callable[[], str] | None = None) -> dict:
-        """The next frame, waiting at most ``timeout`` seconds."""
-        end = time.monotonic() + timeout
-        while True:
-            frame = self.take()
-            if frame is not None:
-                return frame
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                raise WorkerBroken(f"{self.who} did not answer in {timeout:g} s")
-            self.feed(exited)
-
-
-class Channel:
-    """The host's handle on one started worker (process or container)."""
-
-    isolation = "none"
-    features: list[str] = []
-
-    def start_execution(self, mode: str, code: str | None, stdin_data: bytes, limits: Limits) -> ExecIO:
+    def _borrow(self, limits: Limits) -> Channel:
+        """A started worker for an execution under `limits` (idle, or started now)."""
         raise NotImplementedError
 
-    def end_execution(self, how: str = "end") -> None:
-        """Ask the worker to kill the execution now (`end` = finished normally, `kill` = deadline)."""
+    def _give_back(self, worker: Channel, healthy: bool) -> None:
+        """Take `worker` back: kept for the next execution when healthy, else closed."""
         raise NotImplementedError
 
-    def ctrl_fd(self) -> int:
-        raise NotImplementedError
+    def _keeps(self, worker: Channel, healthy: bool) -> bool:
+        """Whether a worker given back may serve the next execution: warm mode, an open pool, and a
+        healthy, live worker without anomaly and under its execution budget."""
+        return (self.mode == "warm" and healthy and not self._closed and worker.alive()
+                and worker.anomaly is None and worker.executions < self.max_executions)
 
-    def poll_done(self) -> Done | None:
-        """Read from the control channel (readable); the Done report once complete."""
-        raise NotImplementedError
-
-    def wait_done(self, timeout: float) -> Done:
-        raise NotImplementedError
-
-    def memory_report(self) -> tuple[float, bool]:
-        """(peak MB of the execution, whether the memory limit was hit) from the cgroup, if any."""
-        return 0.0, False
-
-    def before_execution(self, limits: Limits) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
+            format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
+        """Judge `code` on a borrowed worker: a program that does not compile is judged here without
+        a worker; a worker found broken at the start of an execution is replaced once."""
+        limits = limits or Limits.for_problem(problem)
+        if syntax_ok is None:
+            from ..candidate import parse
+            tree, why = parse(code)
+            syntax_ok, assembly_detail = tree is not None, why or assembly_detail
+        if not syntax_ok:
+            names = ([f"case {i + 1}" for i in range(len(problem.test_cases))] if problem.kind == "stdio"
+                     else [f"test {i + 1}" for i in range(len(problem.tests))])
+            tests = [TestResult(name=n, error="not run: the program does not compile") for n in names]
+            result = ExecutionResult(status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
+                                     tests=tests, detail=assembly_detail)
+            result.flags = flags.detect(problem, code, result)
+            return result
+        for attempt in (1, 2):
+            w = self._borrow(limits)
+            try:
+                result, healthy = drive_execution(w, problem, code, limits)
+            except WorkerBroken:
+                self._give_back(w, False)
+                if attempt == 2:
+                    raise
+                continue  # a worker that was already broken before this execution
+            except BaseException:
+                self._give_back(w, False)
+                raise
+            if w.anomaly:
+                result.detail = "; ".join(filter(None, [result.detail, w.anomaly]))
+            self._give_back(w, healthy)
+            break
+        result.syntax_ok, result.format_ok = True, format_ok
+        if assembly_detail and not format_ok:
+            result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
+        result.flags = flags.detect(problem, code, result)
+        return result

@@ -6,7 +6,7 @@ forked child each, every process killed after it, scratch wiped), then is recycl
 `--cap-drop ALL`, `no-new-privileges`, uid/gid 65534, Docker's default seccomp profile, optional
 gVisor (`runtime="runsc"`). Docker cannot hand file descriptors into a container, so the worker
 multiplexes each execution's streams over its attached stdin/stdout; a relay thread here turns them
-back into local pipes, and the same host-side protocol (drive.drive_execution) decides verdicts.
+back into local pipes, and the same host-side protocol (sandbox.protocol.driver) decides verdicts.
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ import threading
 import time
 
 from ..limits import Limits
-from ..result import ExecutionResult
-from .base import (Channel, Done, ExecIO, Executor, FrameReader, SandboxUnavailable, WorkerBroken,
-                   register)
-from .drive import run_pooled
+from ..protocol.channel import Channel, Done, ExecIO, FrameReader, WorkerBroken
+from .base import PooledExecutor, SandboxUnavailable, register
 
 HARNESS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
@@ -308,7 +306,7 @@ def _scratch_dir() -> str:
 # --- the docker executor -----------------------------------------------------------------------
 
 @register("docker")
-class DockerExecutor(Executor):
+class DockerExecutor(PooledExecutor):
     """Warm pool of locked-down containers; each serves up to `max_executions_per_container`."""
 
     name = "docker"
@@ -407,17 +405,11 @@ class DockerExecutor(Executor):
 
     def _give_back(self, ch: RelayChannel, healthy: bool) -> None:
         with self._lock:
-            if (self.mode == "warm" and healthy and not self._closed and ch.alive()
-                    and ch.anomaly is None and ch.executions < self.max_executions):
+            if self._keeps(ch, healthy):
                 self._idle.append(ch)
                 return
             self._all.discard(ch)
         ch.close()
-
-    def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
-            format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
-        return run_pooled(self, problem, code, limits, syntax_ok=syntax_ok, format_ok=format_ok,
-                          assembly_detail=assembly_detail)
 
     def close(self) -> None:
         with self._lock:

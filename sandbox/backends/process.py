@@ -31,12 +31,17 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
+from ..isolation.cgroups import Cgroup, CgroupRoot
+from ..isolation.credentials import NOBODY, ThreadCredentials, find_setpriv
+from ..isolation.linux import memfd_with
+from ..isolation.netns import EmptyNetns, shared_netns_supported
+from ..isolation.programs import find_bwrap, find_python
+from ..isolation.seccomp import seccomp_bpf
 from ..limits import Limits
-from ..result import ExecutionResult
-from . import isolation as iso
-from .base import Channel, Done, ExecIO, Executor, FrameReader, WorkerBroken, register
-from .drive import run_pooled
+from ..protocol.channel import Channel, Done, ExecIO, FrameReader, WorkerBroken
+from .base import PooledExecutor, register
 
 _HARNESS_DIR: str | None = None
 _HARNESS_LOCK = threading.Lock()
@@ -67,7 +72,7 @@ def harness_dir() -> str:
             shutil.copyfile(src, dst)
             os.chmod(dst, 0o644)
             try:  # best effort: without the .pyc the interpreter compiles the source itself
-                subprocess.run([iso.find_python(), "-I", "-S", "-c", _COMPILE, dst], timeout=60,
+                subprocess.run([find_python(), "-I", "-S", "-c", _COMPILE, dst], timeout=60,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=False)
             except (OSError, subprocess.SubprocessError):
@@ -201,7 +206,7 @@ def _bwrap_base(bwrap: str, scratch_mb: int, own_netns: bool, hdir: str,
 
 
 class Home:
-    """The empty network namespace (isolation.EmptyNetns) a one-shot (cold) sandbox borrows
+    """The empty network namespace (isolation.netns.EmptyNetns) a one-shot (cold) sandbox borrows
     instead of creating and destroying one per execution (the costliest namespace to make).
 
     Sound because a Home serves one sandbox at a time, and only ever a sandbox that starts after
@@ -219,16 +224,107 @@ class Home:
     their limits already written, which saves two mkdir, two rmdir and three writes per cold
     start."""
 
-    def __init__(self, netns: iso.EmptyNetns):
+    def __init__(self, netns: EmptyNetns):
         self.netns = netns
         self.uses = 0
-        self.cgroup: iso.Cgroup | None = None
+        self.cgroup: Cgroup | None = None
 
     def close(self) -> None:
         self.netns.close()
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
+
+
+@dataclass
+class _Launch:
+    """How one worker is started (`_bwrap_launch` or `_bare_launch`), for `_spawn`."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    isolation: str
+    features: list[str]
+    pass_fds: list[int]
+    """Descriptors the worker inherits; our copies are closed once it has started."""
+    info_fd: int | None = None
+    """Our end of bubblewrap's --info-fd pipe, which reports the sandbox's pid 1."""
+    scratch: str | None = None
+    """The worker's private scratch directory when there is no bubblewrap (and so no tmpfs)."""
+
+
+_BWRAP_FEATURES = ("user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uts_ns", "read_only_root",
+                   "tmpfs_scratch", "clear_env", "new_session")
+
+
+def _worker_argv(python: str, harness: str, control_fd: int, light: bool) -> list[str]:
+    """The worker's own command: the interpreter starting harness.py's compiled worker."""
+    return [python, "-I", "-S", "-B", "-c", _LOADER, harness, "worker", str(control_fd)] + \
+        (["--light"] if light else [])
+
+
+def _bwrap_launch(bwrap: str, python: str, limits: Limits, control_fd: int, passed: list[int], *,
+                  light: bool, use_seccomp: bool, own_netns: bool) -> _Launch:
+    """The worker inside a bubblewrap sandbox (the module docstring says what that isolates).
+    Descriptors opened here for the worker go on `passed`, which the caller closes."""
+    features = list(_BWRAP_FEATURES)
+    bpf = seccomp_bpf() if use_seccomp else None
+    seccomp_fd = None
+    if bpf:
+        seccomp_fd = memfd_with(bpf, "crucible-seccomp")
+        passed.append(seccomp_fd)
+        features.append("seccomp")
+    info_r, info_w = os.pipe()
+    passed.append(info_w)
+    try:
+        argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd, own_netns=own_netns) + \
+            _worker_argv(python, "/opt/crucible/harness.py", control_fd, light)
+    except BaseException:
+        os.close(info_r)
+        raise
+    return _Launch(argv, cwd="/", env={}, isolation="bwrap", features=features, pass_fds=passed,
+                   info_fd=info_r)
+
+
+def _bare_launch(python: str, control_fd: int, passed: list[int], *, light: bool) -> _Launch:
+    """The worker without bubblewrap: the interpreter alone, in a private scratch directory, under
+    rlimits (and, when we are root, cgroups and the sandbox user)."""
+    scratch = tempfile.mkdtemp(prefix="crucible-scratch-")
+    try:
+        if os.geteuid() == 0:
+            os.chown(scratch, NOBODY, NOBODY)
+        os.chmod(scratch, 0o700)
+        argv = _worker_argv(python, os.path.join(harness_dir(), "harness.py"), control_fd, light)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return _Launch(argv, cwd=scratch, env=dict(_ENV, HOME=scratch, TMPDIR=scratch), isolation="rlimits",
+                   features=["clear_env"], pass_fds=passed, scratch=scratch)
+
+
+def _spawn(launch: _Launch, home: Home | None) -> subprocess.Popen:
+    """Start a launch: in `home`'s network namespace when one is lent to a bubblewrap sandbox, and
+    as the sandbox user when we are root."""
+    argv, kwargs = launch.argv, {}
+    with contextlib.ExitStack() as starting:
+        if home is not None and launch.isolation == "bwrap":
+            launch.features.append("net_ns_reused")
+            # bwrap starts in the Home's netns and stays there (entered while still root)
+            starting.enter_context(home.netns.entered())
+        if os.geteuid() == 0:
+            # Started as uid/gid 65534 with no groups and no capabilities, three ways from
+            # cheapest: this thread's own credentials (bubblewrap only: see ThreadCredentials),
+            # setpriv, Popen(user=) (a full fork of this process).
+            if launch.isolation == "bwrap" and ThreadCredentials.supported():
+                starting.enter_context(ThreadCredentials(NOBODY, NOBODY))
+            elif find_setpriv():
+                argv = [find_setpriv(), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
+                        *argv]
+            else:
+                kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, pass_fds=launch.pass_fds, cwd=launch.cwd,
+                                env=launch.env, start_new_session=True, **kwargs)
 
 
 class ProcessWorker(Channel):
@@ -243,105 +339,81 @@ class ProcessWorker(Channel):
         self.executions = 0
         self.closed = False
         self.proc: subprocess.Popen | None = None
-        self.cgroup: iso.Cgroup | None = None
+        self.cgroup: Cgroup | None = None
         self.scratch: str | None = None
         self._done: Done | None = None
-        python = python or iso.find_python()
-        bwrap = iso.find_bwrap() if use_bwrap else None
-        as_root = os.geteuid() == 0
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = host
         self._frames = FrameReader(host)
-        fds_to_close = [child.fileno()]
-        features = []
-        seccomp_fd = None
-        info_r = info_w = None
-        cmd_tail = ["-I", "-S", "-B"]
+        try:
+            launch = self._start(child, python or find_python(), find_bwrap() if use_bwrap else None,
+                                 light=light, use_seccomp=use_seccomp)
+            self.features = self._settle(launch, use_cgroups)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, child: socket.socket, python: str, bwrap: str | None, *, light: bool,
+               use_seccomp: bool) -> _Launch:
+        """Start the worker process with `child`, its end of the control socket (closed here once
+        the worker holds it)."""
+        passed = [child.fileno()]  # our copies of the descriptors the worker inherits
+        launch = None
         try:
             if bwrap:
-                bpf = iso.seccomp_bpf() if use_seccomp else None
-                if bpf:
-                    seccomp_fd = iso.memfd_with(bpf, "crucible-seccomp")
-                    fds_to_close.append(seccomp_fd)
-                info_r, info_w = os.pipe()
-                fds_to_close.append(info_w)
-                argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd, own_netns=home is None) + [
-                    python, *cmd_tail, "-c", _LOADER, "/opt/crucible/harness.py", "worker",
-                    str(child.fileno())]
-                if light:
-                    argv.append("--light")
-                self.isolation = "bwrap"
-                features = ["user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uts_ns",
-                            "read_only_root", "tmpfs_scratch", "clear_env", "new_session"]
-                if seccomp_fd is not None:
-                    features.append("seccomp")
-                cwd, env = "/", {}
+                launch = _bwrap_launch(bwrap, python, self.limits, child.fileno(), passed, light=light,
+                                       use_seccomp=use_seccomp, own_netns=self.home is None)
             else:
-                self.scratch = tempfile.mkdtemp(prefix="crucible-scratch-")
-                if as_root:
-                    os.chown(self.scratch, iso.NOBODY, iso.NOBODY)
-                os.chmod(self.scratch, 0o700)
-                argv = [python, *cmd_tail, "-c", _LOADER, os.path.join(harness_dir(), "harness.py"),
-                        "worker", str(child.fileno())] + (["--light"] if light else [])
-                self.isolation = "rlimits"
-                features = ["clear_env"]
-                cwd, env = self.scratch, dict(_ENV, HOME=self.scratch, TMPDIR=self.scratch)
-            if as_root:
-                features.append("nobody_user")
-            pass_fds = [fd for fd in (child.fileno(), info_w, seccomp_fd) if fd is not None]
-            kwargs = {}
-            with contextlib.ExitStack() as starting:
-                if home is not None and bwrap:
-                    features.append("net_ns_reused")
-                    # bwrap starts in the Home's netns and stays there (entered while still root)
-                    starting.enter_context(home.netns.entered())
-                if as_root:
-                    # Started as uid/gid 65534 with no groups and no capabilities, three ways from
-                    # cheapest: this thread's own credentials (bubblewrap only: see
-                    # ThreadCredentials), setpriv, Popen(user=) (a full fork of this process).
-                    if bwrap and iso.ThreadCredentials.supported():
-                        starting.enter_context(iso.ThreadCredentials(iso.NOBODY, iso.NOBODY))
-                    elif iso.find_setpriv():
-                        argv = [iso.find_setpriv(), f"--reuid={iso.NOBODY}", f"--regid={iso.NOBODY}",
-                                "--clear-groups", "--", *argv]
-                    else:
-                        kwargs = {"user": iso.NOBODY, "group": iso.NOBODY, "extra_groups": []}
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.PIPE, pass_fds=pass_fds, cwd=cwd,
-                                             env=env, start_new_session=True, **kwargs)
+                launch = _bare_launch(python, child.fileno(), passed, light=light)
+                self.scratch = launch.scratch
+            self.isolation = launch.isolation
+            if os.geteuid() == 0:
+                launch.features.append("nobody_user")
+            self.proc = _spawn(launch, self.home)
+        except BaseException:
+            if launch is not None and launch.info_fd is not None:
+                os.close(launch.info_fd)
+            raise
         finally:
-            for fd in fds_to_close:
+            for fd in passed:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
             child.detach()
-        try:
-            self.pid = self.proc.pid
-            if info_r is not None:
-                self.pid = self._read_info(info_r)
-                # pid 1 of the sandbox, held by a descriptor: `kill` signals it with no pid-reuse
-                # race, and a Home goes back only once it is readable (pid 1 exited, see Home).
-                self.pidfd = os.pidfd_open(self.pid)
-            if use_cgroups and os.geteuid() == 0:
-                if home is not None and home.cgroup is not None:
-                    self.cgroup = home.cgroup  # empty: see Home
-                else:
-                    self.cgroup = iso.CgroupRoot.get().new_group()
-                    if home is not None:
-                        home.cgroup = self.cgroup
-                failed = self.cgroup.set_limits(limits.max_processes + 1, None)
-                self.cgroup.add(self.pid)
-                features += [f for f in self.cgroup.features if f[len("cgroup_"):] not in failed]
-            ready = self._recv_frame(timeout=20.0)
-            if ready.get("op") != "ready":
-                raise WorkerBroken(f"worker said {ready!r} instead of ready")
-            self.vsz = int(ready.get("vsz", 0))
-        except BaseException:
-            self.close()
-            raise
-        features.append("rlimits")
-        self.features = features
+        return launch
+
+    def _settle(self, launch: _Launch, use_cgroups: bool) -> list[str]:
+        """Once started: find the worker's pid (pid 1 of the sandbox), put it in its cgroups and
+        wait for its `ready`. Returns the features in force."""
+        features = launch.features
+        self.pid = self.proc.pid
+        if launch.info_fd is not None:
+            self.pid = self._read_info(launch.info_fd)
+            # pid 1 of the sandbox, held by a descriptor: `kill` signals it with no pid-reuse
+            # race, and a Home goes back only once it is readable (pid 1 exited, see Home).
+            self.pidfd = os.pidfd_open(self.pid)
+        if use_cgroups and os.geteuid() == 0:
+            features += self._join_cgroups()
+        ready = self._recv_frame(timeout=20.0)
+        if ready.get("op") != "ready":
+            raise WorkerBroken(f"worker said {ready!r} instead of ready")
+        self.vsz = int(ready.get("vsz", 0))
+        return features + ["rlimits"]
+
+    def _join_cgroups(self) -> list[str]:
+        """Put the worker in its pids and memory cgroups (a Home's, when it keeps empty ones with
+        their limits written); returns the cgroup features whose limit is in force."""
+        home = self.home
+        if home is not None and home.cgroup is not None:
+            self.cgroup = home.cgroup  # empty: see Home
+        else:
+            self.cgroup = CgroupRoot.get().new_group()
+            if home is not None:
+                home.cgroup = self.cgroup
+        failed = self.cgroup.set_limits(self.limits.max_processes + 1, None)
+        self.cgroup.add(self.pid)
+        return [f for f in self.cgroup.features if f[len("cgroup_"):] not in failed]
 
     def _read_info(self, fd: int) -> int:
         data = b""
@@ -423,7 +495,7 @@ class ProcessWorker(Channel):
                              "fsize_bytes": limits.file_size_mb << 20, "nofile": limits.open_files,
                              "nproc": None}}
         # No input (function problems): /dev/null, opened once, instead of a memfd each time.
-        stdin_fd = iso.memfd_with(stdin_data, "stdin") if stdin_data else _devnull()
+        stdin_fd = memfd_with(stdin_data, "stdin") if stdin_data else _devnull()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         to_r = to_w = from_r = from_w = None
@@ -525,7 +597,7 @@ class ProcessWorker(Channel):
 
 
 @register("process")
-class ProcessExecutor(Executor):
+class ProcessExecutor(PooledExecutor):
     """Runs candidates in ProcessWorkers. Thread-safe: each thread borrows its own worker."""
 
     name = "process"
@@ -539,7 +611,7 @@ class ProcessExecutor(Executor):
         # cold mode: sandboxes borrow a Home (an empty netns) instead of unsharing their own one;
         # see Home for why that is sound. Needs root (setns) and bubblewrap.
         self._use_homes = (reuse_homes and mode == "cold" and use_bwrap
-                           and iso.find_bwrap() is not None and iso.shared_netns_supported())
+                           and find_bwrap() is not None and shared_netns_supported())
         self._homes: list[Home] = []       # clean, ready to lend
         self._homes_all: set[Home] = set()  # every Home this executor made and has not closed
         self.options = dict(use_bwrap=use_bwrap, use_seccomp=use_seccomp, use_cgroups=use_cgroups)
@@ -614,7 +686,7 @@ class ProcessExecutor(Executor):
                 home.uses += 1
                 return home
         try:
-            home = Home(iso.EmptyNetns())
+            home = Home(EmptyNetns())
         except OSError:
             self._use_homes = False  # sandboxes then unshare their own network namespace
             return None
@@ -720,8 +792,7 @@ class ProcessExecutor(Executor):
 
     def _give_back(self, w: ProcessWorker, healthy: bool) -> None:
         with self._lock:
-            if (self.mode == "warm" and healthy and not self._closed and w.alive()
-                    and w.anomaly is None and w.executions < self.max_executions):
+            if self._keeps(w, healthy):
                 self._idle.append(w)
                 return
             self._retire(w)
@@ -744,11 +815,6 @@ class ProcessExecutor(Executor):
             return w.isolation, list(w.features)
         finally:
             self._give_back(w, True)
-
-    def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
-            format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:
-        return run_pooled(self, problem, code, limits, syntax_ok=syntax_ok, format_ok=format_ok,
-                          assembly_detail=assembly_detail)
 
     def close(self) -> None:
         with self._lock:

@@ -1,18 +1,29 @@
-"""Reading problem files: bytes -> lines -> JSON objects -> `Problem`s, one converter per format.
+"""Problem files: reading every format into `Problem`s, and writing the native one.
 
-Each format module exposes `convert(obj: dict) -> Problem`, raising `ProblemError(field, message)`
-for a line it cannot use. This module owns everything around that: gzip (by magic bytes), UTF-8 per
-line, JSON per line, format detection, duplicate ids, and turning every failure into a `LoadError`.
+`load_problems` / `load_problems_bytes` read a `.jsonl` or `.jsonl.gz` file: bytes -> lines -> JSON
+objects -> `Problem`s, one converter per format. Each format module exposes
+`convert(obj: dict) -> Problem`, raising `ProblemError(field, message)` for a line it cannot use.
+This module owns everything around that: gzip (by magic bytes), UTF-8 per line, JSON per line,
+format detection, duplicate ids, and turning every failure into a `LoadError`.
+
+Loading never raises on bad content: it returns the good problems plus one `LoadError` per bad line
+(1-based line, field, message). Line 0 means the file as a whole (empty, not JSON Lines, a broken
+gzip stream, ...). `dump_problems` writes problems back as native JSON Lines.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import zlib
-from typing import IO, Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Iterable, Iterator
 
-from sandbox.problems import FORMATS, LoadError, LoadResult, Problem, ProblemError, short
+from sandbox.problems import Problem, ProblemError, short
+
+FORMATS = ("native", "humaneval", "mbpp", "apps", "codecontests")
+"""The formats `load_problems` reads (`format=` takes one of these, or `auto`)."""
 
 MAX_FILE_BYTES = 512 << 20
 """Cap on a file's size, compressed or not (a gzip bomb stops here)."""
@@ -22,6 +33,75 @@ MAX_ERRORS = 500
 """Errors kept per file; the rest are counted in one last error."""
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class LoadError:
+    """One bad line of a problem file. `line` is 1-based; 0 means the whole file."""
+
+    line: int
+    field: str | None
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"line": self.line, "field": self.field, "message": self.message}
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line else "file"
+        return f"{where}: {self.field + ': ' if self.field else ''}{self.message}"
+
+
+@dataclass
+class LoadResult:
+    """The good problems of a file, one error per bad line, and the format that was read."""
+
+    problems: list[Problem] = field(default_factory=list)
+    errors: list[LoadError] = field(default_factory=list)
+    format: str = "native"
+    limit: str | None = None
+    """`bytes` or `lines` when the file was refused for crossing that bound (see `parse_stream`)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def load_problems(path_or_fileobj: "str | os.PathLike | IO[bytes]", format: str = "auto", *,
+                  name: str | None = None) -> LoadResult:
+    """Load a `.jsonl` or `.jsonl.gz` problem file (gzip recognised by its magic bytes).
+
+    `format` is `auto` (detected from the keys of the first object) or one of FORMATS; `name` is
+    only used in messages. A file that cannot be opened raises OSError; bad content never raises.
+    """
+    if isinstance(path_or_fileobj, (str, os.PathLike)):
+        filename = name or os.fspath(path_or_fileobj)
+        with open(path_or_fileobj, "rb") as f:
+            return parse_stream(f, str(filename), format)
+    filename = name or getattr(path_or_fileobj, "name", None) or "<upload>"
+    return parse_stream(path_or_fileobj, str(filename), format)
+
+
+def load_problems_bytes(data: bytes, filename: str = "<upload>", format: str = "auto") -> LoadResult:
+    """Load problems from the raw bytes of an uploaded file (`filename` only for messages)."""
+    return parse_stream(io.BytesIO(data), filename, format)
+
+
+def dump_problems(problems: Iterable[Problem], fileobj: IO) -> int:
+    """Write problems as native JSON Lines to a text or binary file object; returns the count."""
+    count = 0
+    for problem in problems:
+        d = problem.to_dict()
+        line = json.dumps(d, ensure_ascii=False) + "\n"
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (legal in JSON escapes): keep them escaped
+            line = json.dumps(d, ensure_ascii=True) + "\n"
+        try:
+            fileobj.write(line)
+        except TypeError:
+            fileobj.write(line.encode("utf-8"))
+        count += 1
+    return count
 
 
 def converters() -> dict[str, Callable[[dict], Problem]]:
@@ -72,10 +152,6 @@ MULTILINE_CHECK_BYTES = 1 << 20
 
 class _LimitExceeded(Exception):
     """A whole-file bound was crossed; the message says which."""
-
-
-def parse_bytes(data: bytes, filename: str = "<upload>", format: str = "auto") -> LoadResult:
-    return parse_stream(io.BytesIO(data), filename, format)
 
 
 def parse_stream(fileobj: IO[bytes], filename: str = "<upload>", format: str = "auto", *,

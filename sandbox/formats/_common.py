@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from sandbox.problems import SPLITS, ProblemError, _type_name, short
+from sandbox.problems import SPLITS, ProblemError, short, type_name
 
 _MISSING = object()
 
@@ -27,7 +27,7 @@ def get_str(obj: dict, key: str, fmt: str, *, default: Any = _MISSING, allow_emp
     if value is None and default is not _MISSING:
         value = default
     if not isinstance(value, str):
-        raise ProblemError(key, f"must be a string, got {_type_name(value)} {short(value)}")
+        raise ProblemError(key, f"must be a string, got {type_name(value)} {short(value)}")
     if not allow_empty and not value.strip():
         raise ProblemError(key, "is empty")
     return value
@@ -38,14 +38,14 @@ def get_list(obj: dict, key: str, fmt: str, *, default: Any = _MISSING) -> list:
     if value is None and default is not _MISSING:
         value = default
     if not isinstance(value, list):
-        raise ProblemError(key, f"must be a list, got {_type_name(value)} {short(value)}")
+        raise ProblemError(key, f"must be a list, got {type_name(value)} {short(value)}")
     return value
 
 
 def str_items(values: list, key: str) -> list[str]:
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise ProblemError(f"{key}[{i}]", f"must be a string, got {_type_name(v)} {short(v)}")
+            raise ProblemError(f"{key}[{i}]", f"must be a string, got {type_name(v)} {short(v)}")
     return values
 
 
@@ -90,7 +90,7 @@ def py_literal(value: Any, where: str) -> str:
     elif isinstance(value, dict):
         text = "{" + ", ".join(f"{k!r}: {py_literal(v, where)}" for k, v in value.items()) + "}"
     else:
-        raise ProblemError(where, f"cannot write {_type_name(value)} as a Python value")
+        raise ProblemError(where, f"cannot write {type_name(value)} as a Python value")
     return text
 
 

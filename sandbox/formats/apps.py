@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sandbox.formats._common import (comment_block, get_str, json_string, py_literal, require,
                                      split_of, str_items)
-from sandbox.problems import Problem, ProblemError, TestCase, _type_name, short
+from sandbox.problems import Problem, ProblemError, TestCase, short, type_name
 
 FORMAT = "apps"
 
@@ -40,11 +40,11 @@ def convert(obj: dict) -> Problem:
     starter = get_str(obj, "starter_code", FORMAT, default="")
     io = json_string(obj, "input_output", FORMAT)
     if not isinstance(io, dict):
-        raise ProblemError("input_output", f"must hold an object with inputs and outputs, got {_type_name(io)}")
+        raise ProblemError("input_output", f"must hold an object with inputs and outputs, got {type_name(io)}")
     inputs, outputs = io.get("inputs"), io.get("outputs")
     for key, value in (("inputs", inputs), ("outputs", outputs)):
         if not isinstance(value, list):
-            raise ProblemError(f"input_output.{key}", f"must be a list, got {_type_name(value)}")
+            raise ProblemError(f"input_output.{key}", f"must be a list, got {type_name(value)}")
     if len(inputs) != len(outputs):
         raise ProblemError("input_output", f"has {len(inputs)} inputs but {len(outputs)} outputs")
     if not inputs:
@@ -92,7 +92,7 @@ def _first_solution(obj: dict) -> str | None:
         return None
     solutions = json_string(obj, "solutions", FORMAT)
     if not isinstance(solutions, list):
-        raise ProblemError("solutions", f"must hold a list of programs, got {_type_name(solutions)}")
+        raise ProblemError("solutions", f"must hold a list of programs, got {type_name(solutions)}")
     str_items(solutions, "solutions")
     return next((s for s in solutions if s.strip()), None)
 
@@ -102,5 +102,5 @@ def _stdio_text(value, where: str) -> str:
         str_items(value, where)
         return "".join(line if line.endswith("\n") else line + "\n" for line in value)
     if not isinstance(value, str):
-        raise ProblemError(where, f"must be a string, got {_type_name(value)} {short(value)}")
+        raise ProblemError(where, f"must be a string, got {type_name(value)} {short(value)}")
     return value

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sandbox.formats._common import get_str, require, split_of, str_items
 from sandbox.problems import (MAX_MEMORY_LIMIT_MB, MAX_TIME_LIMIT_S, MIN_MEMORY_LIMIT_MB, Problem,
-                              ProblemError, TestCase, _type_name, short)
+                              ProblemError, TestCase, short, type_name)
 
 FORMAT = "codecontests"
 MAX_TEST_CASES = 50
@@ -36,7 +36,7 @@ def convert(obj: dict) -> Problem:
         raise ProblemError("public_tests", "no test cases in public_tests, private_tests or generated_tests")
     cf_tags = obj.get("cf_tags") or []
     if not isinstance(cf_tags, list):
-        raise ProblemError("cf_tags", f"must be a list of strings, got {_type_name(cf_tags)}")
+        raise ProblemError("cf_tags", f"must be a list of strings, got {type_name(cf_tags)}")
     tags = ("codecontests",) + tuple(t for t in cf_tags if isinstance(t, str) and t)
     return Problem(id=name, kind="stdio", prompt=description, test_cases=tuple(cases),
                    reference_solution=_python3_solution(obj), time_limit_s=_time_limit(obj),
@@ -48,11 +48,11 @@ def _tests(obj: dict, key: str) -> list[TestCase]:
     if group is None:
         return []
     if not isinstance(group, dict):
-        raise ProblemError(key, f"must be an object with input and output lists, got {_type_name(group)}")
+        raise ProblemError(key, f"must be an object with input and output lists, got {type_name(group)}")
     inputs, outputs = group.get("input", []), group.get("output", [])
     for sub, value in (("input", inputs), ("output", outputs)):
         if not isinstance(value, list):
-            raise ProblemError(f"{key}.{sub}", f"must be a list, got {_type_name(value)}")
+            raise ProblemError(f"{key}.{sub}", f"must be a list, got {type_name(value)}")
         str_items(value, f"{key}.{sub}")
     if len(inputs) != len(outputs):
         raise ProblemError(key, f"has {len(inputs)} inputs but {len(outputs)} outputs")
@@ -65,7 +65,7 @@ def _python3_solution(obj: dict) -> str | None:
         return None
     if not isinstance(solutions, dict):
         raise ProblemError("solutions", f"must be an object with language and solution lists, "
-                                        f"got {_type_name(solutions)}")
+                                        f"got {type_name(solutions)}")
     languages, programs = solutions.get("language", []), solutions.get("solution", [])
     if not isinstance(languages, list) or not isinstance(programs, list):
         raise ProblemError("solutions", "language and solution must be lists")

@@ -29,7 +29,7 @@ def _docker_reason() -> str | None:
 
 
 def _bwrap_reason() -> str | None:
-    from sandbox.backends.isolation import find_bwrap
+    from sandbox.isolation.programs import find_bwrap
     return None if find_bwrap() else "bubblewrap not found: process backend runs with rlimits only"
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.candidate import MAX_CODE_BYTES, assemble, call_arities, extract_code
-from sandbox.problems import Problem, TestCase, load_problems
+from sandbox.formats import load_problems
+from sandbox.problems import Problem, TestCase
 
 DATA = Path(__file__).parent / "data"
 

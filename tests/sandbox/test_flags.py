@@ -9,7 +9,8 @@ import os
 import pytest
 
 from sandbox import flags
-from sandbox.problems import Problem, load_problems
+from sandbox.formats import load_problems
+from sandbox.problems import Problem
 from sandbox.result import ExecutionResult, Outcome
 from sandbox.runner import Candidate, Runner
 

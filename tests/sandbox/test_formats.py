@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from sandbox import formats
-from sandbox.formats import detect_format
-from sandbox.problems import (FORMATS, LoadError, Problem, ProblemError, TestCase, dump_problems,
-                              load_problems, load_problems_bytes)
+from sandbox.formats import FORMATS, LoadError, detect_format, dump_problems, load_problems, load_problems_bytes
+from sandbox.problems import Problem, ProblemError, TestCase
 
 DATA = Path(__file__).parent / "data"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sandbox.backends.isolation import ThreadCredentials
+from sandbox.isolation.credentials import ThreadCredentials
 from sandbox.backends.process import ProcessExecutor
 from sandbox.result import Outcome
 
@@ -139,7 +139,7 @@ def test_bubblewrap_itself_runs_as_nobody_without_capabilities():
 def test_a_cgroups_process_list_is_current_at_every_read():
     """cgroup v1 caches a cgroup.procs listing per open file: a kept descriptor re-read from
     offset 0 answered one read late, so the sweep after an execution missed new strays."""
-    from sandbox.backends.isolation import CgroupRoot
+    from sandbox.isolation.cgroups import CgroupRoot
     cg = CgroupRoot.get().new_group()
     if not cg.paths:
         pytest.skip(f"no cgroups: {cg.errors}")
@@ -194,7 +194,7 @@ def test_with_ambient_capabilities_sandboxes_start_through_setpriv_and_get_none(
         caps = "+dac_override,+dac_read_search"
         out = subprocess.run(
             ["setpriv", f"--inh-caps={caps}", f"--ambient-caps={caps}", "--", sys.executable, "-c",
-             "import sys; from sandbox.backends.isolation import ThreadCredentials as T; "
+             "import sys; from sandbox.isolation.credentials import ThreadCredentials as T; "
              "print(T.supported()); from sandbox import cli; sys.exit(cli.main(['run', '--problem', "
              f"{problem!r}, '--code', {code!r}]))"],
             capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
@@ -214,7 +214,7 @@ def test_without_bubblewrap_the_spawning_thread_never_drops_itself(monkeypatch):
 
 
 def test_a_spawner_thread_with_other_credentials_starts_nothing():
-    from sandbox.backends.base import WorkerBroken
+    from sandbox.protocol.channel import WorkerBroken
     with ProcessExecutor("warm") as ex:
         ex._credentials = (12345, 12345, 12345)  # as if this thread had failed to come back
         with pytest.raises(WorkerBroken, match="refusing"):
@@ -223,7 +223,7 @@ def test_a_spawner_thread_with_other_credentials_starts_nothing():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root here")
 def test_cgroups_missing_a_controller_are_not_reused():
-    from sandbox.backends.isolation import CgroupRoot
+    from sandbox.isolation.cgroups import CgroupRoot
     cg = CgroupRoot.get().new_group()
     if len(cg.paths) < 2:
         pytest.skip(f"needs pids and memory cgroups: {cg.errors}")
@@ -240,7 +240,7 @@ def test_cgroups_missing_a_controller_are_not_reused():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root here")
 def test_the_sweep_kills_every_process_but_the_ones_kept():
-    from sandbox.backends.isolation import CgroupRoot
+    from sandbox.isolation.cgroups import CgroupRoot
     cg = CgroupRoot.get().new_group()
     if not cg.paths:
         pytest.skip(f"no cgroups: {cg.errors}")

@@ -9,15 +9,16 @@ import time
 
 import pytest
 
-from sandbox.backends import isolation as iso
 from sandbox.backends.process import ProcessExecutor
+from sandbox.isolation.netns import shared_netns_supported
+from sandbox.isolation.programs import find_bwrap
 from sandbox.result import Outcome
 from sandbox.runner import Candidate, Runner
 
 from .conftest import fn_problem, limits
 
 pytestmark = pytest.mark.skipif(
-    not (iso.find_bwrap() and iso.shared_netns_supported()),
+    not (find_bwrap() and shared_netns_supported()),
     reason="reused network namespaces need bubblewrap and root (setns)")
 
 # f() prints its netns and whether a listener left by an earlier execution answered; it then

@@ -626,7 +626,7 @@ def sandbox_problems(problem_set: ProblemSet) -> list:
 
 def dump_problem_set(problem_set: ProblemSet, fileobj: IO) -> int:
     """Write the set as native JSON Lines to a text or binary file object; returns the count."""
-    from sandbox.problems import dump_problems
+    from sandbox.formats import dump_problems
 
     return dump_problems(sandbox_problems(problem_set), fileobj)
 

@@ -135,7 +135,7 @@ def problem_set_export(request: HttpRequest, pk: int) -> StreamingHttpResponse:
 
 def export_lines(problem_set: ProblemSet):
     """Native JSON Lines, one problem at a time (sets can be large)."""
-    from sandbox.problems import dump_problems
+    from sandbox.formats import dump_problems
 
     for row in problem_set.problems.order_by("position").iterator(chunk_size=500):
         buf = io.StringIO()

@@ -3,7 +3,7 @@ import gzip
 
 import pytest
 
-from sandbox.problems import load_problems
+from sandbox.formats import load_problems
 from webapp.problems.models import Problem, ProblemSet
 from webapp.problems.services import create_problem_set
 

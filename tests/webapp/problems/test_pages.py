@@ -2,7 +2,7 @@
 import pytest
 from django.test import Client
 
-from sandbox.problems import load_problems_bytes
+from sandbox.formats import load_problems_bytes
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import validate_problem_set
 

@@ -22,7 +22,7 @@ class Command(BaseCommand):
                             help="validate here and now instead of queueing the job for a sandbox worker")
 
     def handle(self, *args, file: str, user: str | None, sync: bool, **options):
-        from sandbox.problems import load_problems
+        from sandbox.formats import load_problems
 
         from webapp.problems import services
         from webapp.problems.models import ProblemSet

@@ -1,8 +1,9 @@
-"""The host side of one execution: the protocol every backend's worker speaks.
+"""The host side of the execution protocol, the same over every backend's channel.
 
 Send the candidate, its setup and each test's sub-expressions to the child, decide every assertion
 here (verdict.py), read the capped stdout/stderr, enforce the wall-clock deadline, and turn what
-happened into an `ExecutionResult`.
+happened into an `ExecutionResult`. The worker's side is sandbox/harness.py; the channel between
+them, sandbox/protocol/channel.py.
 """
 
 from __future__ import annotations
@@ -17,54 +18,8 @@ from dataclasses import dataclass, field
 from .. import flags, interpret, verdict
 from ..limits import Limits
 from ..result import ExecutionResult, Outcome, TestResult
-from .base import Channel, Done, ExecIO, WorkerBroken
+from .channel import Channel, Done, ExecIO, WorkerBroken
 
-
-# --- Executor.run for pooled workers (process and docker backends) ------------------------------
-
-
-def run_pooled(executor, problem, code: str, limits: Limits | None, *, syntax_ok: bool | None,
-               format_ok: bool, assembly_detail: str) -> ExecutionResult:
-    """Judge `code` on a worker borrowed from `executor` (its `_borrow(limits)` / `_give_back(w,
-    healthy)`): a program that does not compile is judged here without a worker; a worker found
-    broken at the start of an execution is replaced once."""
-    limits = limits or Limits.for_problem(problem)
-    if syntax_ok is None:
-        from ..candidate import parse
-        tree, why = parse(code)
-        syntax_ok, assembly_detail = tree is not None, why or assembly_detail
-    if not syntax_ok:
-        names = ([f"case {i + 1}" for i in range(len(problem.test_cases))] if problem.kind == "stdio"
-                 else [f"test {i + 1}" for i in range(len(problem.tests))])
-        result = ExecutionResult(status=Outcome.SYNTAX_ERROR, syntax_ok=False, format_ok=False,
-                                 tests=[TestResult(name=n, error="not run: the program does not compile")
-                                        for n in names], detail=assembly_detail)
-        result.flags = flags.detect(problem, code, result)
-        return result
-    for attempt in (1, 2):
-        w = executor._borrow(limits)
-        try:
-            result, healthy = drive_execution(w, problem, code, limits)
-        except WorkerBroken:
-            executor._give_back(w, False)
-            if attempt == 2:
-                raise
-            continue  # a worker that was already broken before this execution
-        except BaseException:
-            executor._give_back(w, False)
-            raise
-        if w.anomaly:
-            result.detail = "; ".join(filter(None, [result.detail, w.anomaly]))
-        executor._give_back(w, healthy)
-        break
-    result.syntax_ok, result.format_ok = True, format_ok
-    if assembly_detail and not format_ok:
-        result.detail = "; ".join(filter(None, [result.detail, f"format: {assembly_detail}"]))
-    result.flags = flags.detect(problem, code, result)
-    return result
-
-
-# --- the host side of one execution ------------------------------------------------------------
 
 class _Capture:
     def __init__(self, cap: int):
