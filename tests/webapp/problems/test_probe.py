@@ -277,3 +277,27 @@ def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, us
                                                          "train": {"steps": 1}})
     assert run.config["difficulty"]["probe"] == probe.reference
     assert (run.path / "probe.jsonl").read_text() == out.read_text()
+
+
+@pytest.mark.django_db
+def test_a_probe_whose_model_does_not_load_fails_with_the_trainers_message(user, make_set, stub_dirs, monkeypatch):
+    monkeypatch.setattr(probes, "publish_probe", lambda pk: True)
+    ps = make_set(GOOD)
+    probe = probes.request_probe(ps, user, "models/tiny", None, 2)  # a stub directory: nothing to load there
+    probe = probes.run_probe(probe.pk)
+    assert probe.status == "failed" and probe.finished is not None
+    assert "the probe exited (exit code 2)" in probe.error and "error: " in probe.error
+    assert "Loading weights" not in probe.error
+    assert probes.run_probe(probe.pk).status == "failed"  # a redelivered task leaves a finished probe alone
+
+
+@pytest.mark.django_db
+def test_deleting_a_set_removes_its_probes_and_their_files(client_alice, make_set, user, stub_dirs,
+                                                           django_capture_on_commit_callbacks):
+    ps = make_set(GOOD)
+    probe = finished_probe(ps, user, {"add": 1})
+    assert probes.probe_output(probe).is_file()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client_alice.delete(f"/api/problem-sets/{ps.pk}").status_code == 204
+    assert not Probe.objects.exists()
+    assert not probes.set_data_dir(ps.pk).exists()
