@@ -1,4 +1,4 @@
-"""``python -m training {run,eval,tiny-model,schema}``.
+"""``python -m training {run,eval,probe,tiny-model,schema,export}``.
 
 Bad input (a config value, a missing model path, a problem file with errors) is reported as one line
 ``error: ...`` on stderr with exit status 2 and no traceback. Heavy imports (torch, transformers)
@@ -70,6 +70,23 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--per-problem", action="store_true", help="include per-problem counts in the output")
     ev.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ev.set_defaults(func=cmd_eval)
+
+    pr = sub.add_parser("probe", help="difficulty probe: each problem's pass rate over N samples, as JSON lines")
+    pr.add_argument("--model", required=True, help="hub id or local model directory")
+    pr.add_argument("--adapter", dest="adapters", action="append", default=[], metavar="A",
+                    help="PEFT adapter directory merged into --model (repeatable: applied in order)")
+    pr.add_argument("--problems", type=Path, required=True, help="problem file (any importable format)")
+    pr.add_argument("--split", default="train", choices=("train", "heldout", "all"),
+                    help="problems to probe (default train: the ones a run's difficulty filter drops)")
+    pr.add_argument("--samples", type=int, required=True, help="candidates sampled per problem")
+    pr.add_argument("--out", type=Path, help="also write the lines to this file (as each problem finishes)")
+    pr.add_argument("--config", type=Path, help="take sampling, sandbox and dtype settings from this run config")
+    pr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value (sampling.*, sandbox.*, model.dtype)")
+    pr.add_argument("--seed", type=int, default=0, help="sampling seed")
+    pr.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    pr.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    pr.set_defaults(func=cmd_probe)
 
     tiny = sub.add_parser("tiny-model", help="build the ~1M-parameter Qwen demo model offline")
     tiny.add_argument("--out", type=Path, required=True, help="output directory (Hugging Face format)")
@@ -158,8 +175,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config_for_run(args)
     check_model_path(cfg.model.name_or_path)
     check_adapter_paths(cfg.model.adapters)
-    if not any(p.split == "train" for p in load_problems_or_fail(cfg.problems)):
+    train_problems = [p for p in load_problems_or_fail(cfg.problems) if p.split == "train"]
+    if not train_problems:
         raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on")
+    from training.difficulty import DifficultyError, filter_train_problems
+
+    try:  # fail before the model loads: a bad probe file, or rules that leave nothing to train on
+        filter_train_problems(train_problems, cfg.difficulty, str(cfg.problems))
+    except DifficultyError as e:
+        raise UsageError(str(e)) from None
     if args.resume and not args.out.exists():
         raise UsageError(f"--resume: run directory not found: {args.out}")
     from training.policy import ModelLoadError
@@ -226,6 +250,80 @@ def cmd_eval(args: argparse.Namespace) -> int:
         report.pop("per_problem", None)
     report.update(model=args.model, adapter=args.adapter, split=args.split)
     print(json.dumps(report))
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    import time
+
+    from training.config import ModelConfig, apply_overrides, config_from_dict, load_config
+    from training.difficulty import summarize
+
+    if args.samples < 1:
+        raise UsageError(f"--samples must be >= 1, got {args.samples}")
+    cfg = load_config(args.config, args.overrides) if args.config else config_from_dict(
+        apply_overrides({}, args.overrides))
+    check_model_path(args.model)
+    for adapter in args.adapters:
+        if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
+            raise UsageError(f"--adapter {adapter}: no adapter_config.json there (expected a PEFT adapter directory)")
+    problems = load_problems_or_fail(args.problems)
+    if args.split != "all":
+        problems = [p for p in problems if p.split == args.split]
+    if not problems:
+        raise UsageError(f"--split {args.split}: {args.problems} has no problems in that split")
+    out = None
+    if args.out is not None:
+        if args.out.is_dir():
+            raise UsageError(f"--out {args.out} is a directory; give a file path such as {args.out / 'probe.jsonl'}")
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            out = open(args.out, "w", encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
+    _set_threads(args.threads)
+
+    import torch
+
+    from sandbox import Runner
+    from training.policy import ModelLoadError, load_policy
+    from training.probe import probe
+
+    model_config = ModelConfig(name_or_path=args.model, dtype=cfg.model.dtype, lora=None,
+                               adapters=tuple(args.adapters))
+    try:
+        # As training loads it (adapters merged, left-padding tokenizer), with no reference copy.
+        policy = load_policy(model_config, device="cuda" if torch.cuda.is_available() else None, kl_coef=0.0)
+    except ModelLoadError as e:
+        raise UsageError(str(e)) from None
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        if not args.no_progress:
+            elapsed = time.monotonic() - started
+            eta = elapsed / done * (total - done)
+            print(f"probe {done}/{total} problems | {elapsed:.1f} s | ETA {eta:.0f} s", file=sys.stderr, flush=True)
+
+    def emit(obj: dict) -> None:
+        line = json.dumps(obj)
+        print(line, flush=True)
+        if out is not None:
+            out.write(line + "\n")
+            out.flush()
+
+    results = []
+    try:
+        with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
+                    timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+            for result in probe(policy.model, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
+                                seed=args.seed, timeout_s=cfg.sandbox.timeout_s, progress=progress):
+                results.append(result)
+                emit(result.to_dict())
+        emit({"summary": summarize(results, samples=args.samples, split=args.split, model=args.model,
+                                   adapters=list(args.adapters))})
+    finally:
+        if out is not None:
+            out.close()
     return 0
 
 

@@ -405,6 +405,27 @@ class SandboxConfig(_Section):
 
 
 @dataclass(frozen=True)
+class DifficultyConfig(_Section):
+    """Train problems left out at launch by the pass rates of a difficulty probe (`python -m training probe`)."""
+
+    probe: str | None = None
+    """Output file of `python -m training probe` whose pass rates the rules below read; null = no filter."""
+    drop_unsolved: bool = False
+    """Leave out train problems the probe never solved (pass rate 0): every group of theirs has zero reward variance."""
+    drop_solved: bool = False
+    """Leave out train problems the probe always solved (pass rate 1): nothing left to learn from them."""
+
+    def _check(self) -> None:
+        if self.probe is not None and not self.probe.strip():
+            raise ConfigError("probe", "must not be empty; give the path of a `python -m training probe` output "
+                                       "or null")
+        if (self.drop_unsolved or self.drop_solved) and self.probe is None:
+            rule = "drop_unsolved" if self.drop_unsolved else "drop_solved"
+            raise ConfigError("probe", f"is needed by {rule}: give the path of a `python -m training probe` "
+                                       f"output, or set {rule}: false")
+
+
+@dataclass(frozen=True)
 class RunConfig(_Section):
     """A whole training run."""
 
@@ -424,6 +445,8 @@ class RunConfig(_Section):
     """Length of the run, evaluation and checkpoint cadence."""
     sandbox: SandboxConfig = _field(factory=SandboxConfig)
     """Where and how candidates run."""
+    difficulty: DifficultyConfig = _field(factory=DifficultyConfig)
+    """Train problems left out at launch by a difficulty probe's pass rates (held-out problems never are)."""
 
     def _check(self) -> None:
         if not self.problems.strip():
@@ -437,7 +460,7 @@ class RunConfig(_Section):
 
 
 SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConfig, RewardConfig, PPOConfig,
-            ScheduleConfig, TrainConfig, SandboxConfig, RunConfig)
+            ScheduleConfig, TrainConfig, SandboxConfig, DifficultyConfig, RunConfig)
 
 
 # --------------------------------------------------------------------------------------------------

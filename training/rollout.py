@@ -150,16 +150,18 @@ def start_rollout(
     timeout_s: float | None = None,
     overlong: Any = None,
     penalize_flags: Sequence[str] = (),
+    candidates: int | None = None,
 ) -> PendingRollout:
     """Generate ``candidates_per_problem`` completions per problem and submit their executions.
 
     ``runner`` is a ``sandbox.Runner`` (kept alive for the whole run). One batched ``generate`` per
     chunk (``num_return_sequences`` = K); its executions are submitted as soon as it is decoded.
     ``overlong`` is the run's ``OverlongConfig`` (None: truncated candidates are scored as they are).
+    ``candidates`` overrides K (the difficulty probe samples its own count, one included).
     """
     from sandbox import Candidate
 
-    k = sampling.candidates_per_problem
+    k = sampling.candidates_per_problem if candidates is None else candidates
     chunks = max(1, min(chunks, len(problems)))
     bounds = [round(i * len(problems) / chunks) for i in range(chunks + 1)]
     thinking = bool(getattr(sampling, "thinking", False))

@@ -137,6 +137,11 @@ class Trainer:
         self.heldout_problems = [p for p in loaded.problems if p.split == "heldout"]
         if not self.train_problems:
             raise ValueError(f"problems: {config.problems} has no problem with split 'train' to train on")
+        from training.difficulty import filter_train_problems
+
+        # The difficulty filter: the same drop on every start (a resumed run picks from the same list).
+        self.train_problems, self.dropped = filter_train_problems(self.train_problems, config.difficulty,
+                                                                  str(config.problems))
 
         _seed_everything(config.train.seed)
         self.policy = load_policy(config.model, device=accelerator.device, kl_coef=config.ppo.kl_coef)
@@ -167,6 +172,8 @@ class Trainer:
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.shared_prompts = shared_prompts_supported(self.model)
         extra = {"resumed_from": self.resumed_from} if self.resumed_from is not None else {}
+        if self.dropped is not None:
+            extra["dropped"] = self.dropped
         runtime = describe_runtime(self.accelerator.unwrap_model(self.model), dtype=cfg.model.dtype,
                                    device=self.accelerator.device)
         self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, runtime=runtime,

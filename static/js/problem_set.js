@@ -103,3 +103,56 @@ function followProblemSet(id, event, key, show, finished) {
 
   followProblemSet(id, "import", "import", show, () => finished);
 })();
+
+// Problem-set page: follow a pending/running difficulty probe (problems probed so far) and reload
+// when it has ended, to show its histogram, lists and the table's pass-rate column.
+(function () {
+  "use strict";
+  const card = document.getElementById("probe");
+  if (!card) return;
+  const active = (s) => s === "pending" || s === "running";
+  if (!active(card.dataset.status)) return;
+  const id = Number(card.dataset.problemSet);
+  const badge = card.querySelector("[data-probe-status]");
+  const summary = document.getElementById("probe-summary");
+  const bar = document.getElementById("probe-progress");
+  let finished = false;
+
+  // `p`: {status, done, total} from the notification or the API's `probe`.
+  function show(p) {
+    if (finished || !p) return;
+    badge.textContent = p.status;
+    badge.className = "status status-" + p.status;
+    if (p.status === "running") {
+      summary.textContent = p.done + " of " + p.total + " problems probed…";
+      bar.max = p.total;
+      bar.value = p.done;
+    }
+    if (!active(p.status)) {
+      finished = true;
+      summary.textContent = "finished; loading the results…";
+      window.location.reload();
+    }
+  }
+
+  followProblemSet(id, "probe", "probe", show, () => finished);
+})();
+
+// The finished probe's histogram: problems per pass rate (one bar per possible rate, k / samples).
+(function () {
+  "use strict";
+  const data = document.getElementById("probe-chart");
+  const el = document.getElementById("probe-histogram");
+  if (!data || !el || typeof Plotly === "undefined") return;
+  const chart = JSON.parse(data.textContent);
+  const width = 1 / chart.samples;
+  Plotly.newPlot(el, [{
+    type: "histogram", x: chart.rates, marker: {color: "#1f77b4"},
+    xbins: {start: -width / 2, end: 1 + width / 2, size: width},
+    hovertemplate: "pass rate %{x:.2f}: %{y} problems<extra></extra>",
+  }], {
+    margin: {l: 50, r: 10, t: 10, b: 45}, height: 260, bargap: 0.05,
+    xaxis: {title: {text: "pass rate (passed / samples)"}, range: [-width / 2, 1 + width / 2]},
+    yaxis: {title: {text: "problems"}, rangemode: "tozero"},
+  }, {displaylogo: false, responsive: true});
+})();

@@ -1,4 +1,5 @@
-"""`/api/problem-sets`: upload, list, validation report, export, re-validate, delete (DESIGN.md "JSON API")."""
+"""`/api/problem-sets`: upload, list, validation report, export, re-validate, difficulty probe, delete
+(DESIGN.md "JSON API")."""
 from __future__ import annotations
 
 from django.http import HttpRequest, StreamingHttpResponse
@@ -7,7 +8,9 @@ from ninja import Field, File, Form, Router, Schema
 from ninja.responses import Status
 from ninja.files import UploadedFile
 
-from . import services
+from training.config import ConfigError
+
+from . import probes, services
 from .models import ProblemSet
 from .views import export_filename, export_lines
 
@@ -68,6 +71,43 @@ class Validation(Schema):
     results: list[ValidationRow]
 
 
+class ProbeRow(Schema):
+    problem_id: str
+    pass_rate: float = Field(description="passed / samples")
+    passed: int
+    samples: int
+
+
+class ProbeState(Schema):
+    id: int
+    status: str = Field(description="pending | running | done | failed")
+    model: str = Field(description="the model as it was named (models/<name>, org/name or run:<id>/step-<n>)")
+    adapter: str | None = Field(description="an adapter checkpoint run:<id>/step-<n> applied on top of model")
+    samples: int = Field(description="candidates sampled per problem")
+    done: int = Field(description="problems probed so far (progress)")
+    total: int = Field(description="problems to probe")
+    error: str
+    summary: dict | None = Field(description="the probe's summary line: problems, unsolved, solved, mean_pass_rate")
+    reference: str = Field(description="how a run config names this probe: difficulty.probe")
+    created: str
+    finished: str | None
+    results: list[ProbeRow] = Field(description="per problem, in the set's order, once done")
+
+
+class ProbeIn(Schema):
+    model: str = Field(description="a preset or installed model (models/<name>), a hub id (org/name), or a "
+                                   "checkpoint of one of your runs as run:<id>/step-<n>")
+    adapter: str | None = Field(None, description="an adapter checkpoint of one of your runs (run:<id>/step-<n>) "
+                                                  "merged into model; null for none")
+    samples: int = Field(probes.DEFAULT_SAMPLES, description="candidates per problem (1 to the server's "
+                                                             "CRUCIBLE_PROBE_MAX_SAMPLES)")
+
+
+class FieldError(Schema):
+    detail: str
+    field: str
+
+
 class Summary(Schema):
     id: int
     name: str
@@ -92,6 +132,7 @@ class Detail(Schema):
     import_errors: list[LineError]
     validation: Validation
     import_: ImportReport = Field(alias="import")
+    probe: ProbeState | None = Field(description="the set's latest difficulty probe; null before the first")
 
 
 class Message(Schema):
@@ -164,7 +205,8 @@ def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
     out = _summary(ps)
     out.update(source_filename=ps.source_filename, import_errors=ps.import_errors,
                validation={**out["validation"], "error": ps.validation_error, "results": rows},
-               **{"import": services.import_state(ps)})
+               **{"import": services.import_state(ps)},
+               probe=probes.probe_state(probes.latest_probe(ps), results=results))
     return out
 
 
@@ -184,6 +226,24 @@ def revalidate(request: HttpRequest, problem_set_id: int):
     if ps.import_status != ProblemSet.Import.DONE:
         return Status(409, {"detail": f"problem set {ps.pk} has no problems to validate (import {ps.import_status})"})
     return Status(202, _summary(services.enqueue_validation(ps)))
+
+
+@router.post("/{int:problem_set_id}/probe", response={202: ProbeState, 400: FieldError, 409: Message},
+             summary="Estimate the difficulty of the set's problems (a job on the gpu queue)",
+             description="Samples `samples` candidates per problem from `model` (+ `adapter`) with the sampling "
+                         "settings of the model's preset or run, executes them in the sandbox and stores each "
+                         "problem's pass rate; `GET /api/problem-sets/{id}` follows it under `probe`. A model "
+                         "name you may not use is a 400 that names the field and tells nothing about the server; "
+                         "409 while the set is imported or another probe of it is under way.")
+def probe(request: HttpRequest, problem_set_id: int, payload: ProbeIn):
+    ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
+    try:
+        created = probes.request_probe(ps, _user(request), payload.model, payload.adapter, payload.samples)
+    except ConfigError as exc:
+        return Status(400, {"detail": str(exc), "field": exc.field})
+    except probes.ProbeConflict as exc:
+        return Status(409, {"detail": str(exc)})
+    return Status(202, probes.probe_state(created))
 
 
 @router.delete("/{int:problem_set_id}", response={204: None, 409: Message},

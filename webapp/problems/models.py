@@ -116,3 +116,59 @@ class ProblemValidation(models.Model):
     @property
     def ok(self) -> bool:
         return self.reference_passed and self.empty_failed
+
+
+class Probe(models.Model):
+    """A difficulty probe of a problem set: `python -m training probe` on the `gpu` queue (services.py).
+
+    The user's names are kept as given (`model`, `adapter`: a preset/installed model, a hub id or
+    `run:<id>/step-<n>`); the server paths they resolve to never leave the worker. Its output file
+    lies under the set's data dir (`output_path`); a run that filters by it copies it into its own dir.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    problem_set = models.ForeignKey(ProblemSet, on_delete=models.CASCADE, related_name="probes")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="probes")
+    model = models.CharField(max_length=300, help_text="The model as the user named it.")
+    adapter = models.CharField(max_length=300, blank=True, help_text="An adapter checkpoint run:<id>/step-<n>, or empty.")
+    samples = models.PositiveIntegerField()
+    split = models.CharField(max_length=10, default="all")
+    config = models.JSONField(default=dict, blank=True,
+                              help_text="The run-config sections the probe sampled with (sampling, model.dtype, sandbox).")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    done = models.PositiveIntegerField(default=0, help_text="Problems probed so far (progress).")
+    total = models.PositiveIntegerField(default=0, help_text="Problems to probe.")
+    results = models.JSONField(default=list, blank=True,
+                               help_text="[{problem_id, samples, passed, pass_rate}] in the set's order, when done.")
+    summary = models.JSONField(default=dict, blank=True, help_text="The probe's summary line, when done.")
+    output_path = models.CharField(max_length=500, blank=True, help_text="The probe output, relative to PROBLEM_SETS_DIR.")
+    task_id = models.CharField(max_length=64, blank=True)
+    worker_host = models.CharField(max_length=255, blank=True)
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"probe {self.pk} of set {self.problem_set_id} ({self.status})"
+
+    @property
+    def in_progress(self) -> bool:
+        return self.status in (self.Status.PENDING, self.Status.RUNNING)
+
+    @property
+    def reference(self) -> str:
+        """How a run config names this probe (`difficulty.probe`)."""
+        return f"probe:{self.pk}"
+
+    def pass_rates(self) -> dict[str, float]:
+        return {r["problem_id"]: r["pass_rate"] for r in self.results}

@@ -660,5 +660,8 @@ def delete_problem_set(problem_set: ProblemSet) -> None:
             raise ProblemSetInUse(f"problem set {locked.name!r} is used by {len(in_use)} active "
                                   f"run(s): {names}; cancel them or wait until they finish")
         locked.delete()
-        # An import still queued finds no set and stops; its stored upload goes now.
+        # An import still queued finds no set and stops; its stored upload goes now, and so do its
+        # probes' files (a probe under way sees its row gone and stops; runs hold their own copy).
         transaction.on_commit(lambda: shutil.rmtree(upload_dir(problem_set.pk), ignore_errors=True))
+        transaction.on_commit(lambda: shutil.rmtree(Path(settings.PROBLEM_SETS_DIR) / str(problem_set.pk),
+                                                    ignore_errors=True))

@@ -1,4 +1,4 @@
-"""Celery tasks of problem sets (queue `sandbox` by the `problems.*` route)."""
+"""Celery tasks of problem sets (queue `sandbox` by the `problems.*` route; `problems.probe` on `gpu`)."""
 # The configured app, not `shared_task`: a web process that never imported webapp.celery would
 # otherwise send through Celery's unconfigured default app and the task would never arrive.
 from webapp.celery import app
@@ -22,9 +22,19 @@ def import_upload(problem_set_id: int) -> str | None:
     return problem_set.import_status if problem_set else None
 
 
+@app.task(name="problems.probe")
+def probe(probe_id: int) -> str | None:
+    """Supervise one difficulty probe (`python -m training probe` as a child); idempotent."""
+    from .probes import run_probe
+
+    result = run_probe(probe_id)
+    return result.status if result else None
+
+
 @app.task(name="problems.republish_pending_validations", ignore_result=True)
 def republish_pending_validations() -> list[int]:
-    """Publish the imports and validations the broker holds no task for (beat)."""
+    """Publish the imports, validations and probes the broker holds no task for (beat)."""
+    from .probes import republish_pending_probes
     from .services import republish_pending_imports, republish_pending_validations as republish
 
-    return republish_pending_imports() + republish()
+    return republish_pending_imports() + republish() + republish_pending_probes()

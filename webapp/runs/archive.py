@@ -27,7 +27,8 @@ def config_yaml(run: Run) -> str:
     """The run's config as YAML, sections as sections, in the dataclasses' order.
 
     ``problems`` is the run's own copy of its set, stored in the run directory: named relative to it
-    (where the CLI's ``--out`` puts it) rather than by the server's absolute path.
+    (where the CLI's ``--out`` puts it) rather than by the server's absolute path; so is
+    ``difficulty.probe``, the run's copy of the probe it filtered by.
     """
     import yaml
 
@@ -39,6 +40,10 @@ def config_yaml(run: Run) -> str:
         config["problems"] = Path(config["problems"]).name
         set_name = run.problem_set.name if run.problem_set else "(deleted)"
         header = f"# problems: this run's copy of problem set {set_name!r}, in the run directory\n"
+    difficulty = config.get("difficulty")
+    if isinstance(difficulty, dict) and difficulty.get("probe"):
+        header += f"# difficulty.probe: this run's copy of the output of {difficulty['probe']}, in the run directory\n"
+        config["difficulty"] = {**difficulty, "probe": "probe.jsonl"}
     ordered = _in_schema_order(config, json_schema())
     return header + yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
 

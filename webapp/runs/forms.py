@@ -20,9 +20,11 @@ from .services import validate_config
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
     ("Reward", "reward"), ("Truncated replies (reward.overlong)", "reward.overlong"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
+    ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
-SKIP = {"problems", "model.adapters"}  # from the problem set; from model.name_or_path (run:<id>/step-<n>)
+# From the problem set; from model.name_or_path (run:<id>/step-<n>); the set's latest finished probe.
+SKIP = {"problems", "model.adapters", "difficulty.probe"}
 
 
 def _group_of(name: str) -> str:

@@ -60,6 +60,12 @@ def resolve_model(name: str, user) -> ResolvedModel:
     raise refusal()
 
 
+def checkpoint_reference(name: str) -> tuple[int, int] | None:
+    """``(run_id, step)`` of a ``run:<id>/step-<n>`` name, else None (whoever owns the run)."""
+    match = _CHECKPOINT.fullmatch(name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
 def is_hub_id(name: str) -> bool:
     return bool(_HUB_ID.fullmatch(name)) and ".." not in name and "--" not in name
 

@@ -17,6 +17,7 @@ import copy
 import json
 import logging
 import os
+import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -77,14 +78,34 @@ def validate_config(config: dict, user) -> dict:
         raise ConfigError("problems", "is set from the run's problem set; leave it out of the config")
     merged = merge_config(default_config(), config)
     merged["problems"] = "problems.jsonl"  # relative until the run dir exists; create_run sets the real path
+    probe = _difficulty_probe_name(merged)
     cfg = config_from_dict(merged)
     check_ceilings(cfg, settings.CONFIG_CEILINGS)
     full = config_to_dict(cfg)
+    full["difficulty"]["probe"] = probe
     if full["model"]["adapters"]:
         raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
                                             "your run as run:<id>/step-<n>; leave model.adapters out")
     resolve_model(full["model"]["name_or_path"], user)
     return full
+
+
+def _difficulty_probe_name(merged: dict) -> str | None:
+    """``difficulty.probe`` as a web user names it: ``probe:<id>`` or null (the problem set's latest
+    finished probe, found by ``create_run``), never a path. A null probe under a drop rule becomes a
+    stand-in in ``merged`` so that the config validates; the caller puts the name back."""
+    from webapp.problems.probes import PROBE_REFERENCE
+
+    difficulty = merged.get("difficulty")
+    if not isinstance(difficulty, dict):
+        return None
+    probe = difficulty.get("probe")
+    if probe is not None and not (isinstance(probe, str) and PROBE_REFERENCE.fullmatch(probe)):
+        raise ConfigError("difficulty.probe", "names a difficulty probe of the run's problem set as probe:<id>, or "
+                                              "null for the set's latest finished probe (never a path)")
+    if probe is None and (difficulty.get("drop_unsolved") or difficulty.get("drop_solved")):
+        merged["difficulty"] = {**difficulty, "probe": "probe:latest"}
+    return probe
 
 
 def trainer_config(full: dict, user) -> dict:
@@ -113,7 +134,13 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split; "
                                          "upload problems with split: train")
     full = validate_config(config, owner)
+    from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
     from webapp.problems.services import write_problems_jsonl
+
+    probe = resolve_run_probe(full["difficulty"], problem_set)
+    if probe is not None:
+        full["difficulty"]["probe"] = probe.reference
+        check_run_filter(probe, problem_set, full["difficulty"])
 
     with transaction.atomic():
         run = Run.objects.create(owner=owner, name=name, problem_set=problem_set, config=full,
@@ -122,7 +149,11 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         run_dir.mkdir(parents=True, exist_ok=True)
         problems_path = write_problems_jsonl(problem_set, run_dir / "problems.jsonl")
         full["problems"] = str(Path(problems_path).resolve())
-        save_config(config_from_dict(trainer_config(full, owner)), run_dir / "run.yaml")
+        trainer = trainer_config(full, owner)
+        if probe is not None:  # the run's own copy, like its problems: the set (and its probes) may go
+            copied = shutil.copyfile(probe_output(probe), run_dir / "probe.jsonl")
+            trainer = merge_config(trainer, {"difficulty": {"probe": str(Path(copied).resolve())}})
+        save_config(config_from_dict(trainer), run_dir / "run.yaml")
         run.config, run.run_dir = full, str(run_dir.resolve())
         run.save(update_fields=["config", "run_dir"])
         _enqueue_on_commit(run)

@@ -133,6 +133,7 @@ CELERY_TASK_ROUTES = {
     "runs.fail_lost_runs": {"queue": "sandbox"},
     "runs.republish_queued_runs": {"queue": "sandbox"},
     "runs.*": {"queue": "gpu"},
+    "problems.probe": {"queue": "gpu"},  # samples from a model: where the GPUs are
     "problems.*": {"queue": "sandbox"},
     "core.*": {"queue": "sandbox"},
 }
@@ -160,6 +161,8 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
 RUNS_DIR = DATA_DIR / "runs"
 MODELS_DIR = DATA_DIR / "models"
+PROBLEM_SETS_DIR = DATA_DIR / "problem-sets"  # per set: probes/<id>/ (the difficulty probes' files)
+PROBE_MAX_SAMPLES = env.get_int("CRUCIBLE_PROBE_MAX_SAMPLES", 64, minimum=1, maximum=1024)
 HF_OFFLINE = env.get_bool("CRUCIBLE_HF_OFFLINE", False)
 GPU_COUNT = env.get_int("CRUCIBLE_GPUS_PER_RUN", 1, minimum=1, maximum=64)
 CONFIG_CEILINGS = env.config_ceilings()  # {"train.steps": N, ...}: this server's limits on a web-sent run

@@ -1,0 +1,60 @@
+"""The difficulty probe: how often does a model solve each problem before any training?
+
+``probe`` samples ``samples`` candidates per problem through the rollout that training uses
+(``rollout.start_rollout``: the same prompts, sampler, stop strings, chat/thinking handling and
+sandbox submission), executes them in the sandbox and yields each problem's
+``ProblemDifficulty`` (passed of samples). Problems go in chunks; chunk i executes while chunk i + 1
+is generated. ``python -m training probe`` prints the results as JSON lines (training/difficulty.py
+reads them back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from training.difficulty import ProblemDifficulty
+
+CANDIDATES_PER_GENERATE = 256
+"""Most candidates sampled by one batched ``generate`` (problems per chunk = this // samples, at least 1)."""
+
+
+def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: Any, *, samples: int,
+          seed: int = 0, timeout_s: float | None = None,
+          progress: Callable[[int, int], None] | None = None) -> Iterator[ProblemDifficulty]:
+    """Yield each problem's ``ProblemDifficulty`` in ``problems`` order.
+
+    ``sampling`` is the run's ``SamplingConfig`` (its ``candidates_per_problem`` is replaced by
+    ``samples``); ``runner`` a ``sandbox.Runner``; ``seed`` makes the probe repeatable. A sample
+    passes when every test ran and passed. ``progress(done, total)`` is called after each chunk.
+    """
+    from training.rollout import start_rollout
+
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    problems = list(problems)
+    per_chunk = max(1, CANDIDATES_PER_GENERATE // samples)
+    done = 0
+    pending = None
+    for start in range(0, len(problems), per_chunk):
+        chunk = problems[start:start + per_chunk]
+        # Submitting chunk i + 1 (generation included) before collecting chunk i keeps the sandbox busy.
+        submitted = start_rollout(model, tokenizer, chunk, sampling, runner, generator_seed=seed + start,
+                                  candidates=samples, timeout_s=timeout_s)
+        if pending is not None:
+            done += yield from _results(pending, samples)
+            if progress:
+                progress(done, len(problems))
+        pending = submitted
+    if pending is not None:
+        done += yield from _results(pending, samples)
+        if progress:
+            progress(done, len(problems))
+
+
+def _results(pending: Any, samples: int) -> Iterator[ProblemDifficulty]:
+    rollout = pending.finish()
+    for g, problem in enumerate(rollout.problems):
+        group = rollout.candidates[g * samples:(g + 1) * samples]
+        yield ProblemDifficulty(problem.id, samples, sum(c.passed for c in group))
+    return len(rollout.problems)

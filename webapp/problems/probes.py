@@ -1,0 +1,391 @@
+"""Difficulty probes of problem sets (DESIGN.md "Training CLI ... difficulty probe", issue #11).
+
+- ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
+  a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound
+  the sample count, create the ``Probe`` and publish ``problems.probe`` on the ``gpu`` queue after
+  the commit.
+- ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
+  as a child process, like a run's supervisor: the set written out as native JSONL and the output
+  file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``), progress counted from
+  the output lines as they appear, the owner's pages notified, the results stored when it ends.
+- ``resolve_run_probe``: what a run's ``difficulty.probe`` names (``probe:<id>`` or, with a drop rule
+  on, the set's latest finished probe), for ``runs.services.create_run``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from training.config import ConfigError, config_from_dict, save_config
+
+from webapp.core.jsonsafe import db_safe
+from .models import Probe, ProblemSet
+
+log = logging.getLogger("crucible.problems")
+
+POLL_S = 0.2
+"""How often the supervisor looks at the child and its output."""
+PROBE_REFERENCE = re.compile(r"probe:([1-9][0-9]{0,17})")
+DEFAULT_SAMPLES = 8
+STDERR_TAIL_LINES = 20
+
+
+class ProbeConflict(Exception):
+    """The set cannot be probed now (a probe is under way, or its problems are not imported)."""
+
+
+def probe_dir(problem_set_id: int, probe_id: int) -> Path:
+    return Path(settings.PROBLEM_SETS_DIR) / str(problem_set_id) / "probes" / str(probe_id)
+
+
+def set_data_dir(problem_set_id: int) -> Path:
+    return Path(settings.PROBLEM_SETS_DIR) / str(problem_set_id)
+
+
+def latest_probe(problem_set: ProblemSet) -> Probe | None:
+    return problem_set.probes.order_by("-created", "-id").first()
+
+
+def latest_finished_probe(problem_set: ProblemSet) -> Probe | None:
+    return problem_set.probes.filter(status=Probe.Status.DONE).order_by("-finished", "-id").first()
+
+
+# ---- request ----------------------------------------------------------------------------------------
+
+
+def sampling_config(model: str, user) -> dict:
+    """The run-config sections a probe of ``model`` samples with: the run's own for a checkpoint
+    (``run:<id>/step-<n>``), the preset's for a preset's model, else the web defaults. Only what the
+    probe uses: ``sampling``, ``model.dtype`` and ``sandbox``."""
+    from webapp.runs.model_refs import checkpoint_reference
+    from webapp.runs.models import Run
+    from webapp.runs.presets import presets
+    from webapp.runs.services import default_config, merge_config
+
+    config = default_config()
+    checkpoint = checkpoint_reference(model)
+    run = Run.objects.filter(pk=checkpoint[0], owner=user).first() if checkpoint else None
+    if run is not None and run.config:
+        config = merge_config(config, {k: v for k, v in run.config.items() if k in ("sampling", "model", "sandbox")})
+    else:
+        preset = next((p for p in presets() if p["config"].get("model", {}).get("name_or_path") == model), None)
+        if preset is not None:
+            config = merge_config(config, preset["config"])
+    return {"sampling": config["sampling"], "model": {"dtype": config["model"]["dtype"]}, "sandbox": config["sandbox"]}
+
+
+def check_probe_request(user, model, adapter, samples) -> tuple[str, str]:
+    """``(model, adapter)`` cleaned, or ConfigError naming ``model``, ``adapter`` or ``samples``."""
+    from webapp.runs.model_refs import checkpoint_reference, resolve_model
+
+    if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= settings.PROBE_MAX_SAMPLES:
+        raise ConfigError("samples", f"must be a whole number from 1 to {settings.PROBE_MAX_SAMPLES} (this server's "
+                                     f"limit, CRUCIBLE_PROBE_MAX_SAMPLES); got {samples!r}")
+    model = model.strip() if isinstance(model, str) else ""
+    if not model:
+        raise ConfigError("model", "is required: a preset or installed model (models/<name>), a hub id "
+                                   "(org/name), or a checkpoint of one of your runs as run:<id>/step-<n>")
+    try:
+        resolve_model(model, user)
+    except ConfigError as exc:  # the same refusal as the run form's, under this form's field name
+        raise ConfigError("model", exc.message) from None
+    adapter = adapter.strip() if isinstance(adapter, str) else ""
+    if adapter:
+        if checkpoint_reference(adapter) is None:
+            raise ConfigError("adapter", "must be an adapter checkpoint of one of your runs as run:<id>/step-<n>, "
+                                         "or empty")
+        try:
+            resolved = resolve_model(adapter, user)
+        except ConfigError as exc:
+            raise ConfigError("adapter", exc.message) from None
+        if not resolved.adapters:
+            raise ConfigError("adapter", f"{adapter} is a merged checkpoint, not an adapter: name it as the model")
+    return model, adapter
+
+
+def request_probe(problem_set: ProblemSet, user, model: str, adapter: str | None = None,
+                  samples: int = DEFAULT_SAMPLES) -> Probe:
+    """Queue a difficulty probe of ``problem_set`` by ``user``; ConfigError names a bad field,
+    ProbeConflict says why the set cannot be probed now."""
+    model, adapter = check_probe_request(user, model, adapter, samples)
+    config = sampling_config(model, user)
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
+        if locked.import_status != ProblemSet.Import.DONE:
+            raise ProbeConflict(f"problem set {locked.pk} has no problems to probe yet (import {locked.import_status})")
+        busy = locked.probes.filter(status__in=(Probe.Status.PENDING, Probe.Status.RUNNING)).first()
+        if busy is not None:
+            raise ProbeConflict(f"a difficulty probe of this set is already {busy.status} (probe {busy.pk}); "
+                                "wait until it has finished")
+        probe = Probe.objects.create(problem_set=locked, requested_by=user, model=model, adapter=adapter,
+                                     samples=samples, config=config, total=locked.problem_count)
+        probe.task_id = task_id(probe.pk)
+        probe.save(update_fields=["task_id"])
+        transaction.on_commit(lambda: publish_probe(probe.pk))
+    notify_probe(probe)
+    log.info("problem set %s: probe %s of %s (%d samples) queued", problem_set.pk, probe.pk, model, samples)
+    return probe
+
+
+def task_id(probe_id: int) -> str:
+    return f"probe-{probe_id}"
+
+
+def publish_probe(probe_id: int) -> bool:
+    """Publish ``problems.probe``; False (logged) when the broker is down: the sweep publishes it again."""
+    from webapp.core.broker import publish
+
+    from . import tasks
+
+    return publish(tasks.probe, args=[probe_id], task_id=task_id(probe_id), queue="gpu")
+
+
+def republish_pending_probes() -> list[int]:
+    """Publish again each pending probe whose task the broker does not hold (as for validations)."""
+    from webapp.core.broker import held_task_ids
+
+    pending = list(Probe.objects.filter(status=Probe.Status.PENDING).values_list("pk", flat=True))
+    if not pending:
+        return []
+    held = held_task_ids("gpu")
+    published = [pk for pk in pending if task_id(pk) not in held and publish_probe(pk)]
+    if published:
+        log.warning("published the probe again for probes %s (the broker held no task for them)", published)
+    return published
+
+
+# ---- the job ----------------------------------------------------------------------------------------
+
+
+def probe_command(probe: Probe, resolved, directory: Path) -> list[str]:
+    adapters = [*resolved.adapters]
+    if probe.adapter:
+        from webapp.runs.model_refs import resolve_model
+
+        adapters += resolve_model(probe.adapter, probe.requested_by).adapters[-1:]
+    return [sys.executable, "-m", "training", "probe", "--model", resolved.name_or_path,
+            *[arg for a in adapters for arg in ("--adapter", a)],
+            "--problems", str(directory / "problems.jsonl"), "--split", probe.split, "--samples", str(probe.samples),
+            "--config", str(directory / "probe.yaml"), "--out", str(directory / "probe.jsonl")]
+
+
+def run_probe(probe_id: int) -> Probe | None:
+    """Do probe ``probe_id`` (the body of ``problems.probe``); idempotent. A finished probe is left as
+    it is; a running one whose worker is alive elsewhere too; one whose worker died is run again."""
+    from webapp.runs.supervisor import pid_alive
+
+    host, pid = socket.gethostname(), os.getpid()
+    with transaction.atomic():
+        probe = Probe.objects.select_for_update().filter(pk=probe_id).first()
+        if probe is None or probe.status in (Probe.Status.DONE, Probe.Status.FAILED):
+            return probe
+        if (probe.status == Probe.Status.RUNNING and probe.worker_host == host and probe.worker_pid != pid
+                and pid_alive(probe.worker_pid)):
+            return probe  # a second copy of the task while the first still works
+        probe.status, probe.started, probe.finished = Probe.Status.RUNNING, timezone.now(), None
+        probe.worker_host, probe.worker_pid, probe.done, probe.error = host, pid, 0, ""
+        probe.save(update_fields=["status", "started", "finished", "worker_host", "worker_pid", "done", "error"])
+    notify_probe(probe)
+    try:
+        return _supervise(probe)
+    except SystemExit:  # the worker is being stopped: the redelivered task runs the probe again
+        Probe.objects.filter(pk=probe.pk, status=Probe.Status.RUNNING).update(status=Probe.Status.PENDING)
+        raise
+    except Exception as exc:  # the worker lives on; the page says what went wrong
+        log.exception("probe %s failed", probe.pk)
+        return _finish(probe, error=f"{type(exc).__name__}: {exc}")
+
+
+def _supervise(probe: Probe) -> Probe | None:
+    from webapp.runs.model_refs import resolve_model
+    from webapp.runs.services import default_config, merge_config
+    from webapp.runs.supervisor import EventFollower, _die_with_parent, trainer_env
+
+    from .services import write_problems_jsonl
+
+    try:
+        resolved = resolve_model(probe.model, probe.requested_by)
+        directory = probe_dir(probe.problem_set_id, probe.pk)
+        command = probe_command(probe, resolved, directory)
+    except ConfigError as exc:  # the checkpoint is gone since the request
+        return _finish(probe, error=f"model: {exc.message}")
+    shutil.rmtree(directory, ignore_errors=True)  # a rerun starts clean
+    directory.mkdir(parents=True)
+    write_problems_jsonl(probe.problem_set, directory / "problems.jsonl")
+    config = merge_config(default_config(), probe.config)
+    config["model"]["name_or_path"], config["problems"] = resolved.name_or_path, str(directory / "problems.jsonl")
+    save_config(config_from_dict(config), directory / "probe.yaml")
+    out = directory / "probe.jsonl"
+    with open(directory / "stdout.log", "wb") as stdout, open(directory / "stderr.log", "wb") as stderr:
+        # cwd is the probe's dir, as a run's is its own: a hub id never resolves to a directory elsewhere.
+        proc = subprocess.Popen(command, cwd=directory, env=trainer_env(), stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=stderr, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+    follower = EventFollower(out)
+    done = 0
+    try:
+        while True:
+            rc = proc.poll()
+            lines = follower.read()
+            counted = sum(1 for _, line, _ in lines if "problem_id" in line)
+            if counted:
+                done += counted
+                Probe.objects.filter(pk=probe.pk).update(done=done)
+                probe.done = done
+                notify_probe(probe)
+            if rc is not None:
+                break
+            if not Probe.objects.filter(pk=probe.pk).exists():  # its set was deleted: stop, leave nothing
+                _kill(proc)
+                shutil.rmtree(directory, ignore_errors=True)
+                return None
+            time.sleep(POLL_S)
+    finally:
+        follower.close()
+        if proc.poll() is None:
+            _kill(proc)
+    if rc != 0:
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+        tail = _tail(directory / "stderr.log")
+        return _finish(probe, error=f"the probe exited ({how})" + (f":\n{tail}" if tail else ""))
+    from training.difficulty import ProbeFileError, read_probe
+
+    try:
+        report = read_probe(out)
+    except ProbeFileError as exc:
+        return _finish(probe, error=str(exc))
+    return _finish(probe, results=[r.to_dict() for r in report.results], summary=report.summary,
+                   output_path=str(out.relative_to(settings.PROBLEM_SETS_DIR)))
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        text = path.read_bytes()[-16384:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    # transformers' weight-loading bars are carriage-return updates: keep only what each line ended as
+    kept = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+    return "\n".join([line for line in kept if line.strip()][-lines:])
+
+
+def _finish(probe: Probe, *, error: str = "", results: list | None = None, summary: dict | None = None,
+            output_path: str = "") -> Probe | None:
+    with transaction.atomic():
+        locked = Probe.objects.select_for_update().filter(pk=probe.pk).first()
+        if locked is None:
+            return None
+        locked.status = Probe.Status.FAILED if error else Probe.Status.DONE
+        locked.error = db_safe(error)
+        locked.finished = timezone.now()
+        if not error:
+            locked.results, locked.summary, locked.output_path = db_safe(results), db_safe(summary), output_path
+            locked.done = len(results)
+        locked.save(update_fields=["status", "error", "finished", "results", "summary", "output_path", "done"])
+    notify_probe(locked)
+    log.info("probe %s of problem set %s: %s", locked.pk, locked.problem_set_id, locked.status)
+    return locked
+
+
+# ---- reads ------------------------------------------------------------------------------------------
+
+
+def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
+    """The API's ``probe`` object (None before the set's first probe)."""
+    if probe is None:
+        return None
+    state = {"id": probe.pk, "status": probe.status, "model": probe.model, "adapter": probe.adapter or None,
+             "samples": probe.samples, "done": probe.done, "total": probe.total, "error": probe.error,
+             "summary": probe.summary or None, "reference": probe.reference,
+             "created": probe.created.isoformat(), "finished": probe.finished.isoformat() if probe.finished else None}
+    state["results"] = [{"problem_id": r["problem_id"], "pass_rate": r["pass_rate"], "passed": r["passed"],
+                         "samples": r["samples"]} for r in probe.results] if results else []
+    return state
+
+
+def notify_probe(probe: Probe) -> None:
+    """Tell the owner's open pages how far the probe got (group ``user-<id>``, /ws/notifications/)."""
+    from .services import _notify
+
+    _notify(probe.problem_set, {"event": "probe", "problem_set": probe.problem_set_id, "probe": probe.pk,
+                                "status": probe.status, "done": probe.done, "total": probe.total})
+
+
+# ---- runs -------------------------------------------------------------------------------------------
+
+
+def resolve_run_probe(difficulty: dict, problem_set: ProblemSet) -> Probe | None:
+    """The probe a run's ``difficulty`` section names on ``problem_set``: ``probe:<id>`` (a finished
+    probe of that set), or, when it names none and a drop rule is on, the set's latest finished probe.
+    None when no probe is named and no rule is on. ConfigError naming the field otherwise."""
+    reference = difficulty.get("probe")
+    rules = difficulty.get("drop_unsolved") or difficulty.get("drop_solved")
+    if reference is None:
+        if not rules:
+            return None
+        probe = latest_finished_probe(problem_set)
+        if probe is None:
+            field = "difficulty.drop_unsolved" if difficulty.get("drop_unsolved") else "difficulty.drop_solved"
+            raise ConfigError(field, f"problem set '{problem_set.name}' has no finished difficulty probe to filter "
+                                     "by: estimate its difficulty on its page first, or turn the rule off")
+        return _on_disk(probe, "difficulty.probe")
+    match = PROBE_REFERENCE.fullmatch(reference)
+    probe = (Probe.objects.filter(pk=int(match[1]), problem_set=problem_set, status=Probe.Status.DONE).first()
+             if match else None)
+    if probe is None:
+        raise ConfigError("difficulty.probe", f"must be a finished difficulty probe of problem set "
+                                              f"'{problem_set.name}' as probe:<id>, or null for its latest")
+    return _on_disk(probe, "difficulty.probe")
+
+
+def _on_disk(probe: Probe, field: str) -> Probe:
+    if not probe_output(probe).is_file():
+        raise ConfigError(field, f"the output of {probe.reference} is no longer on disk; estimate the set's "
+                                 "difficulty again")
+    return probe
+
+
+def probe_output(probe: Probe) -> Path:
+    return Path(settings.PROBLEM_SETS_DIR) / probe.output_path
+
+
+def check_run_filter(probe: Probe, problem_set: ProblemSet, difficulty: dict) -> dict[str, int]:
+    """What the run's rules drop from the set's train problems by ``probe`` (``{"unsolved", "solved"}``),
+    checked at launch as the trainer will apply it: ConfigError when nothing would be left to train on."""
+    from training.difficulty import ProblemDifficulty, ProbeReport, drop_by_difficulty
+
+    class _Problem:
+        def __init__(self, problem_id: str):
+            self.id = problem_id
+
+    report = ProbeReport(tuple(ProblemDifficulty(r["problem_id"], r["samples"], r["passed"]) for r in probe.results),
+                         probe.summary)
+    train = [_Problem(pid) for pid in problem_set.problems.filter(split="train").values_list("problem_id", flat=True)]
+    kept, dropped = drop_by_difficulty(train, report, drop_unsolved=bool(difficulty.get("drop_unsolved")),
+                                       drop_solved=bool(difficulty.get("drop_solved")))
+    if train and not kept:
+        rules = " and ".join(f"{n} {rule}" for rule, n in dropped.items() if n)
+        raise ConfigError("difficulty", f"dropping {rules} train problems (by {probe.reference}) leaves none to "
+                                        "train on; turn off drop_unsolved or drop_solved")
+    return dropped
