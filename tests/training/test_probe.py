@@ -68,7 +68,7 @@ def test_probe_takes_the_train_split_by_default_and_one_sample_works(qwen3_model
 
 def test_the_probe_function_chunks_in_order_and_reports_progress(qwen3_model_dir, probe_problems, runner,
                                                                  monkeypatch):
-    from sandbox.problems import load_problems
+    from sandbox.formats import load_problems
     from training import probe as probe_module
     from training.config import config_from_dict
     from training.policy import load_policy
