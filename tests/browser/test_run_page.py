@@ -72,7 +72,8 @@ def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_ser
 
 def _listed(page):
     return page.evaluate("Array.from(document.querySelectorAll('#candidates details.candidate'))"
-                         ".map(d => [d.dataset.phase, Number(d.dataset.step), d.querySelector('.outcome').textContent])")
+                         ".map(d => [d.dataset.phase, Number(d.dataset.step),"
+                         "           d.querySelector('.outcome').textContent])")
 
 
 def test_a_held_out_problems_samples_before_and_after_training_open_from_its_row(page, live_server_url, finished,
@@ -130,7 +131,8 @@ def test_a_live_evaluation_adds_its_samples_to_an_open_held_out_problem(page, li
     _ingest_elsewhere(run, [later], 1)
     wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 8", 10)
     assert [s for _, s, _ in _listed(page)] == [2] * 4 + [0] * 4
-    wait_until(page, "document.querySelector(\"#problems tr[data-problem='add-3'] a.after\").dataset.evalStep === '2'", 10)
+    after_step = "document.querySelector(\"#problems tr[data-problem='add-3'] a.after\").dataset.evalStep"
+    wait_until(page, after_step + " === '2'", 10)  # the table redraws after the pane reloads
     after = page.locator("#problems tr[data-problem='add-3'] a.eval-samples.after")
     assert after.inner_text() == "75%"
     after.click()

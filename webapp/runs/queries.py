@@ -140,7 +140,8 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
         result = dict(c.result)
         result["tests"] = complete_tests(result)
         out.append({"phase": c.phase, "step": c.step, "index": c.index, "code": c.code, "reward": c.reward,
-                    "rewards": c.rewards, "passed": c.passed, "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
+                    "rewards": c.rewards, "passed": c.passed,
+                    "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
                     "truncated": c.truncated, "overlong_penalty": c.overlong_penalty,
                     "penalized_flags": c.penalized_flags, "result": result})
     return out
