@@ -41,7 +41,8 @@ def default_ks(samples: int) -> list[int]:
 
 def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: SamplingConfig, *, samples: int,
              ks: Sequence[int] | None = None, runner: Any, generator_seed: int | None = 0,
-             prompts_per_batch: int = 16, on_candidate: Callable[[Any, str, Any], None] | None = None) -> dict:
+             prompts_per_batch: int = 16, on_candidate: Callable[[Any, str, Any], None] | None = None,
+             record: bool = False, reward: Any = None, timeout_s: float | None = None) -> dict:
     """Sample ``samples`` completions per problem with ``sampling``, execute them, and estimate pass@k.
 
     Returns ``{"pass@1": float, "pass@k": {"4": float, ...}, "per_problem": {problem_id: {"n", "c",
@@ -50,9 +51,15 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     ``sandbox.Runner`` (anything with ``run_batch(problems, candidates)``). ``generator_seed`` makes
     the evaluation repeatable and leaves the training RNG untouched (None: draw from it). The model
     is put in eval mode and restored. ``on_candidate(problem, text, result)`` sees every sample.
+
+    ``record``: each ``per_problem`` entry also lists its samples as ``candidates``, in sampling
+    order, scored and serialised as a training step's candidates are (``rollout.score_samples``:
+    code, reward, rewards, result, truncated, ...) with ``reward`` (the run's ``RewardConfig``; None:
+    the defaults) and ``timeout_s`` (the run's ``sandbox.timeout_s``, for the efficiency reward).
     """
     from sandbox import Candidate
     from training.generation import build_prompt, generate
+    from training.rollout import score_samples
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -66,6 +73,7 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
                 "mean_test_pass_rate": 0.0}
     by_id = {p.id: p for p in problems}
     counts: dict[str, list[int]] = {p.id: [0, 0] for p in problems}  # id -> [n, c]
+    recorded: dict[str, list[dict]] = {p.id: [] for p in problems}
     test_rates: list[float] = []
     was_training = getattr(model, "training", False)
     model.eval()
@@ -87,10 +95,17 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
                 test_rates.append(result.tests_passed / result.tests_total if result.tests_total else 0.0)
                 if on_candidate:
                     on_candidate(problem, text, result)
+            if record:
+                for rec in score_samples(chunk, batch, results, group_size=samples, prompt_style=sampling.prompt_style,
+                                         reward=reward, timeout_s=timeout_s, max_new_tokens=sampling.max_new_tokens):
+                    recorded[rec.problem_id].append(rec.event_dict())
     finally:
         if was_training:
             model.train()
     per_problem = {pid: {"n": n, "c": c, "pass@1": pass_at_k(n, c, 1)} for pid, (n, c) in counts.items()}
+    if record:
+        for pid, entry in per_problem.items():
+            entry["candidates"] = recorded[pid]
     by_k = {k: sum(pass_at_k(n, c, k) for n, c in counts.values()) / len(counts) for k in ks}
     return {"pass@1": by_k.get(1, sum(v["pass@1"] for v in per_problem.values()) / len(per_problem)),
             "pass@k": {str(k): v for k, v in by_k.items() if k != 1},

@@ -7,7 +7,9 @@ file while the run is alive. Every event has ``event`` and ``time`` (Unix second
 - ``step``: ``step``, ``metrics`` ({name: number}).
 - ``problem``: ``step``, ``problem_id``, ``pass_rate``, ``zero_variance`` (extension), ``candidates``
   ([{``code``, ``reward``, ``rewards``, ``result``}, ...]).
-- ``eval``: ``step``, ``split``, ``pass@1``, ``pass@k`` ({"k": value}).
+- ``eval``: ``step``, ``split``, ``pass@1``, ``pass@k`` ({"k": value}), ``per_problem`` (extension:
+  {problem_id: {``n``, ``c``, ``pass@1``, ``candidates``}}, ``candidates`` being the problem's samples
+  in the shape of a ``problem`` event's).
 - ``checkpoint``: ``step``, ``path`` (relative to RUN_DIR), ``kind`` (adapter | merged | full).
 - ``done``: ``status`` (succeeded | failed | cancelled), ``error``.
 """

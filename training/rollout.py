@@ -260,6 +260,27 @@ def score_rollout(
                    time_sandbox_s=time_sandbox_s)
 
 
+def score_samples(problems: Sequence[Any], batch: GenerationBatch, results: Sequence[Any], *, group_size: int,
+                  prompt_style: str = "completion", reward: Any = None, timeout_s: float | None = None,
+                  max_new_tokens: int | None = None) -> list[CandidateRecord]:
+    """Completions executed once each (the held-out evaluation's samples), scored as a step's candidates
+    are (``score_rollout``), so that they serialise the same way (``CandidateRecord.event_dict``).
+
+    ``batch`` holds ``group_size`` sequences per problem, grouped by problem; ``results`` one execution
+    result per sequence (``ExecutionResult`` or its dict); ``reward`` is the run's ``RewardConfig``
+    (None: the defaults). The code of each record is the program the sandbox ran for its text.
+    """
+    from training.config import RewardConfig
+
+    reward = reward if reward is not None else RewardConfig()
+    codes = [_assembled_code(problems[batch.prompt_index[i]], text, prompt_style) for i, text in enumerate(batch.texts)]
+    scored = score_rollout(problems, batch, codes, [[_result_dict(r)] for r in results], group_size=group_size,
+                           weights=reward.weights.as_dict(), normalize=reward.normalize, timeout_s=timeout_s,
+                           prompt_style=prompt_style, overlong=reward.overlong, max_new_tokens=max_new_tokens,
+                           penalize_flags=reward.penalize_flags)
+    return scored.candidates
+
+
 def sandbox_reply(text: str, thinking: bool) -> str:
     """What of a chat reply goes to the sandbox. Without thinking: the reply (the sandbox takes its
     first fenced block). With thinking: the answer after the last ``</think>``, reduced to its *last*

@@ -390,8 +390,11 @@ class Trainer:
         if self.accelerator.is_main_process:
             n = self.config.train.eval_samples
             with generation_mode(self.accelerator.unwrap_model(self.model)) as model:
+                # record: each problem's samples ride in per_problem as a step's candidates do in its
+                # problem events, so the web app can show what a held-out problem's samples did.
                 report = evaluate(model, self.tokenizer, self.heldout_problems, self.config.sampling, samples=n,
-                                  ks=list(range(1, n + 1)), runner=self.runner)
+                                  ks=list(range(1, n + 1)), runner=self.runner, record=True,
+                                  reward=self.config.reward, timeout_s=self.config.sandbox.timeout_s)
             extra = {"per_problem": report["per_problem"]} if "per_problem" in report else {}
             self.events.eval(step, "heldout", report["pass@1"], report.get("pass@k", {}), **extra)
         self.accelerator.wait_for_everyone()

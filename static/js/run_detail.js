@@ -11,7 +11,7 @@
   var health = Object.assign({}, state.health.counts);
   var lastSeq = state.last_seq;
   var finished = ["succeeded", "failed", "cancelled"].indexOf(run.status) >= 0;
-  var openProblem = null, openStatus = "failed", openFlag = "";
+  var openProblem = null, openStatus = "failed", openFlag = "", openStep = "";
 
   state.metrics.forEach(function (m) { metrics.set(m.step, {metrics: m.metrics, time: m.time}); });
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
@@ -388,9 +388,14 @@
       change.className = "nowrap";
       if (p.history.length) {
         var first = p.history[0], last = p.history[p.history.length - 1];
-        change.textContent = Math.round(first[1] * 100) + "% → " + Math.round(last[1] * 100) + "%";
         change.title = (p.split === "heldout" ? "held-out pass@1 at the evaluation of step " : "pass rate at step ") +
           first[0] + " → step " + last[0];
+        if (p.split === "heldout") {
+          // Each end opens the samples of its evaluation: before training → the latest.
+          change.append(evalLink(p.problem_id, first, "before"), " → ", evalLink(p.problem_id, last, "after"));
+        } else {
+          change.textContent = Math.round(first[1] * 100) + "% → " + Math.round(last[1] * 100) + "%";
+        }
       }
       tr.appendChild(change);
       var spark = document.createElement("td"); spark.appendChild(sparkline(p.history)); tr.appendChild(spark);
@@ -398,6 +403,14 @@
       frag.appendChild(tr);
     });
     body.replaceChildren(frag);
+  }
+  function evalLink(problemId, point, which) {
+    var a = document.createElement("a");
+    a.href = "#"; a.className = "eval-samples " + which;
+    a.dataset.openProblem = problemId; a.dataset.status = ""; a.dataset.evalStep = point[0];
+    a.textContent = Math.round(point[1] * 100) + "%";
+    a.title = "the samples of the evaluation at step " + point[0];
+    return a;
   }
   var problemsPending = null;
   function scheduleProblems() {
@@ -408,22 +421,25 @@
 
   document.getElementById("problems").addEventListener("click", function (e) {
     var tr = e.target.closest("tr[data-problem]");
+    if (e.target.closest("a")) return;  // a link in the row opens what it names (the document handler)
     if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed", "");
   });
 
   // status: "failed", "passed" or "" (all); flag: a flag name or "" (any); focus: {step, index} of a
-  // candidate to open and scroll to once loaded.
-  function loadCandidates(problemId, status, flag, focus) {
+  // candidate to open and scroll to once loaded; step: only that step's (a held-out problem: that
+  // evaluation's samples) or "" (every step).
+  function loadCandidates(problemId, status, flag, focus, step) {
     if (openProblem !== problemId) {
       openProblem = problemId;
       document.querySelectorAll("#problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
       var row = document.querySelector('#problems tr[data-problem="' + CSS.escape(problemId) + '"]');
       if (row) row.classList.add("selected");
     }
-    openStatus = status; openFlag = flag || "";
+    openStatus = status; openFlag = flag || ""; openStep = step === undefined || step === null ? "" : String(step);
     var query = new URLSearchParams();
     if (status) query.set("status", status);
     if (openFlag) query.set("flag", openFlag);
+    if (openStep) query.set("step", openStep);
     var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" +
       (query.toString() ? "?" + query : "");
     fetch(url, {credentials: "same-origin"}).then(function (r) {
@@ -433,12 +449,13 @@
       var box = document.getElementById("candidates");
       // A live refresh of the same problem keeps the candidates the user expanded or collapsed.
       var same = box.dataset.problem === problemId && box.dataset.status === (status || "") &&
-        box.dataset.flag === openFlag;
+        box.dataset.flag === openFlag && box.dataset.step === openStep;
       var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
         return [d.dataset.step + ":" + d.dataset.index, d.open];
       }) : [];
       box.innerHTML = html;  // server-rendered, escaped by the template
       box.dataset.problem = problemId; box.dataset.status = status || ""; box.dataset.flag = openFlag;
+      box.dataset.step = openStep;
       if (open.length) {
         var wasOpen = new Map(open);
         box.querySelectorAll("details.candidate").forEach(function (d) {
@@ -459,20 +476,22 @@
     });
   }
   document.getElementById("candidates").addEventListener("click", function (e) {
-    var a = e.target.closest("a[data-status], a[data-flag]");
+    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step]");
     if (!a) return;
     e.preventDefault();
-    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
-    else loadCandidates(openProblem, openStatus, a.dataset.flag);
+    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag, null, openStep);
+    else if ("flag" in a.dataset) loadCandidates(openProblem, openStatus, a.dataset.flag, null, openStep);
+    else loadCandidates(openProblem, openStatus, openFlag, null, a.dataset.evalStep);
   });
-  // Links elsewhere on the page (the reward-integrity panel) open a problem's candidates:
-  // data-open-problem, optional data-status, data-flag and data-step + data-index of one to open.
+  // Links elsewhere on the page (the reward-integrity panel, a held-out row's before → after) open a
+  // problem's candidates: data-open-problem, optional data-status, data-flag, data-eval-step (only
+  // that step's) and data-step + data-index of one to open.
   document.addEventListener("click", function (e) {
     var a = e.target.closest("a[data-open-problem]");
     if (!a) return;
     e.preventDefault();
     var focus = a.dataset.step !== undefined ? {step: a.dataset.step, index: a.dataset.index} : null;
-    loadCandidates(a.dataset.openProblem, a.dataset.status || "", a.dataset.flag || "", focus);
+    loadCandidates(a.dataset.openProblem, a.dataset.status || "", a.dataset.flag || "", focus, a.dataset.evalStep);
     document.querySelector(".candidates-card").scrollIntoView({block: "start", behavior: "smooth"});
   });
 
@@ -563,7 +582,7 @@
           health[s] = (health[s] || 0) + 1;
         });
         scheduleProblems();
-        if (openProblem === ev.problem_id) loadCandidates(openProblem, openStatus, openFlag);
+        if (openProblem === ev.problem_id) loadCandidates(openProblem, openStatus, openFlag, null, openStep);
         break;
       }
       case "eval":
@@ -578,6 +597,10 @@
           problems.set(id, q);
         });
         if (ev.per_problem) scheduleProblems();
+        // An open held-out problem gains this evaluation's samples (and its pane, the evaluation's link).
+        if (ev.per_problem && openProblem !== null && Object.prototype.hasOwnProperty.call(ev.per_problem, openProblem)) {
+          loadCandidates(openProblem, openStatus, openFlag, null, openStep);
+        }
         evals = evals.filter(function (e) { return !(e.step === ev.step && e.split === ev.split); });
         evals.push({step: ev.step, split: ev.split, "pass@1": ev["pass@1"], "pass@k": ev["pass@k"]});
         drawHeadline(); scheduleDraw();

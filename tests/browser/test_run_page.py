@@ -1,7 +1,8 @@
 """The run page of a finished run in a browser: its config, per-problem table and charts."""
 import pytest
 
-from tests.webapp.runs.conftest import TINY_OVERRIDES, full_run_events, make_problem_set, write_events
+from tests.webapp.runs.conftest import (TINY_OVERRIDES, eval_event, full_run_events, make_problem_set, problem_event,
+                                       write_events)
 
 from .conftest import login
 
@@ -19,15 +20,26 @@ def finished(user, settings, tmp_path):
         for c in e.get("candidates", []):  # every reward dimension, as the trainer reports them
             passed = c["result"]["status"] == "passed"
             c["rewards"] |= {"efficiency": 0.9 if passed else 0.0, "conciseness": 1.0, "format": 1.0}
-    for e in events:  # the held-out problem's own pass@1 at each evaluation, as the trainer reports it
+    for e in events:  # the held-out problem's own pass@1 and samples at each evaluation, as the trainer reports them
         if e["event"] == "eval":
             before = e["step"] == 0
-            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if before else 3, "pass@1": 0.25 if before else 0.75}}
+            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if before else 3, "pass@1": 0.25 if before else 0.75,
+                                          "candidates": heldout_samples(("passed", "failed", "timeout", "error")
+                                                                        if before else ("passed",) * 3 + ("failed",))}}
     write_events(run.path / "events.jsonl", events)
     follower = EventFollower(run.path / "events.jsonl")
     ingest_new_events(run, follower)
     follower.close()
     return run
+
+
+def heldout_samples(statuses):
+    """add-3's samples at one evaluation, in the shape of a step's candidates."""
+    samples = problem_event(0, "add-3", statuses)["candidates"]
+    for sample in samples:
+        sample["code"] = "def add3(a, b):\n    return a + b\n" if sample["result"]["status"] == "passed" \
+            else "def add3(a, b):\n    return a - b\n"
+    return samples
 
 
 def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, finished, output_dir):
@@ -56,6 +68,76 @@ def test_held_out_problems_are_in_the_table_with_before_and_after(page, live_ser
     assert "step 0: 25% → step 3: 75%" in page.locator("#heldout-evaluations").inner_text()
     panes = page.locator("div.grid.two", has=page.locator("#problems-table"))
     panes.screenshot(path=str(output_dir / "run-problems-heldout.png"))
+
+
+def _listed(page):
+    return page.evaluate("Array.from(document.querySelectorAll('#candidates details.candidate'))"
+                         ".map(d => [d.dataset.phase, Number(d.dataset.step),"
+                         "           d.querySelector('.outcome').textContent])")
+
+
+def test_a_held_out_problems_samples_before_and_after_training_open_from_its_row(page, live_server_url, finished,
+                                                                                 output_dir):
+    from tests.browser.test_run_flow import wait_until
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    row = page.locator("#problems tr[data-problem='add-3']")
+    row.locator("a.eval-samples.before").click()  # the 25% of "25% → 75%"
+    wait_until(page, "document.getElementById('candidates').dataset.step === '0'", 10)
+    assert _listed(page) == [["eval", 0, "passed"], ["eval", 0, "wrong answer"], ["eval", 0, "timeout"],
+                             ["eval", 0, "runtime error"]]
+    assert row.evaluate("r => r.classList.contains('selected')")
+    assert page.locator("#candidates .eval-filters a.active").inner_text() == "before training (step 0)"
+    failing = page.locator("#candidates details.candidate").nth(1)
+    failing.locator("summary").click()
+    assert "eval at step 0 · sample #1" in failing.locator("summary").inner_text()
+    assert "return a - b" in failing.locator("pre, .highlight").first.inner_text()  # the code it ran
+    assert "AssertionError" in failing.locator("table.tests").inner_text()  # which test failed
+    assert "Traceback: boom" in failing.inner_text()  # its stderr
+    page.locator("#candidates").screenshot(path=str(output_dir / "heldout-samples-before.png"))
+
+    row.locator("a.eval-samples.after").click()  # the 75%
+    wait_until(page, "document.getElementById('candidates').dataset.step === '3'", 10)
+    assert [o for _, _, o in _listed(page)] == ["passed", "passed", "passed", "wrong answer"]
+    page.locator("#candidates a[data-status=failed]").click()  # the viewer's filters keep the evaluation
+    wait_until(page, "document.getElementById('candidates').dataset.status === 'failed'", 10)
+    assert _listed(page) == [["eval", 3, "wrong answer"]]
+    page.locator("#candidates .eval-filters a[data-eval-step='']").click()
+    wait_until(page, "document.getElementById('candidates').dataset.step === ''", 10)
+    assert [s for _, s, _ in _listed(page)] == [3, 0, 0, 0]  # failing samples of every evaluation, newest first
+
+
+def test_a_live_evaluation_adds_its_samples_to_an_open_held_out_problem(page, live_server_url, user, settings,
+                                                                         tmp_path):
+    from tests.browser.test_integrity import _ingest_elsewhere
+    from tests.browser.test_run_flow import wait_until
+    from webapp.runs.services import create_run
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "live run", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    first = eval_event(0, 0.25, {"add-3": 0.25})
+    first["per_problem"]["add-3"]["candidates"] = heldout_samples(("passed", "failed", "failed", "failed"))
+    _ingest_elsewhere(run, [first], 0)
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "document.body.dataset.live === '1'", 10)
+    page.locator("#problems tr[data-problem='add-3'] td").first.click()  # the row: every evaluation's samples
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 4", 10)
+    later = eval_event(2, 0.75, {"add-3": 0.75})
+    later["per_problem"]["add-3"]["candidates"] = heldout_samples(("passed", "passed", "passed", "failed"))
+    _ingest_elsewhere(run, [later], 1)
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 8", 10)
+    assert [s for _, s, _ in _listed(page)] == [2] * 4 + [0] * 4
+    after_step = "document.querySelector(\"#problems tr[data-problem='add-3'] a.after\").dataset.evalStep"
+    wait_until(page, after_step + " === '2'", 10)  # the table redraws after the pane reloads
+    after = page.locator("#problems tr[data-problem='add-3'] a.eval-samples.after")
+    assert after.inner_text() == "75%"
+    after.click()
+    wait_until(page, "document.getElementById('candidates').dataset.step === '2'", 10)
+    assert page.locator("#candidates .eval-filters a.active").inner_text() == "latest (step 2)"
 
 
 def test_a_failing_candidates_zero_efficiency_is_explained(page, live_server_url, finished, output_dir):

@@ -92,6 +92,35 @@ def test_evaluate_averages_pass_at_k_over_problems(tiny_model_dir):
     assert model.training  # mode restored
 
 
+def test_evaluate_records_each_sample_as_a_step_records_its_candidates(tiny_model_dir, runner):
+    from sandbox import Problem as SandboxProblem
+    from tests.training.conftest import PROBLEMS
+    from training.config import RewardConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    problems = [SandboxProblem.from_dict(p) for p in PROBLEMS[:2]]
+    reward = RewardConfig(penalize_flags=("broad_except",))
+    report = evaluate(model, tok, problems, SamplingConfig(max_new_tokens=8), samples=3, ks=[1], runner=runner,
+                      prompts_per_batch=1, record=True, reward=reward, timeout_s=1.0)
+    for problem in problems:
+        entry = report["per_problem"][problem.id]
+        assert entry["n"] == 3 and len(entry["candidates"]) == 3
+        assert sum(c["result"]["status"] == "passed" for c in entry["candidates"]) == entry["c"]
+        for cand in entry["candidates"]:
+            assert cand["code"].startswith(problem.prompt)  # the program the sandbox ran, in its own group
+            result = cand["result"]
+            assert result["tests_total"] == len(problem.tests) and len(result["tests"]) <= result["tests_total"]
+            assert {"stdout", "stderr", "flags", "wall_time_s"} <= set(result)
+            assert cand["rewards"]["pass_rate"] == pytest.approx(result["tests_passed"] / result["tests_total"])
+            assert isinstance(cand["truncated"], bool) and isinstance(cand["reward"], float)
+    plain = evaluate(model, tok, problems, SamplingConfig(max_new_tokens=8), samples=3, ks=[1], runner=runner,
+                     prompts_per_batch=1)
+    assert all("candidates" not in entry for entry in plain["per_problem"].values())  # the CLI's report
+    assert {k: {f: v[f] for f in ("n", "c")} for k, v in plain["per_problem"].items()} == \
+        {k: {f: v[f] for f in ("n", "c")} for k, v in report["per_problem"].items()}  # same seeded samples
+
+
 def test_evaluate_rejects_k_above_samples(tiny_model_dir):
     with pytest.raises(ValueError, match="1..samples"):
         evaluate(None, None, [Problem("a", "x")], SamplingConfig(), samples=2, ks=[4], runner=None)

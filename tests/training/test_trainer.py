@@ -59,6 +59,16 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
         assert runtime["kernels"]["gated_delta_rule"] == "torch" and runtime["kernels"]["causal_conv1d"] == "torch"
     assert eval0["step"] == 0 and eval0["split"] == "heldout" and 0.0 <= eval0["pass@1"] <= 1.0
     assert set(eval0["pass@k"]) == {"2"}  # pass@1 has its own field
+    for ev in (eval0, events[-4]):  # before and after training: each held-out sample as a train candidate is
+        assert ev["event"] == "eval" and set(ev["per_problem"]) == {"mul"}
+        mul = ev["per_problem"]["mul"]
+        assert mul["n"] == 2 and len(mul["candidates"]) == 2
+        assert sum(c["result"]["status"] == "passed" for c in mul["candidates"]) == mul["c"]
+        for cand in mul["candidates"]:
+            assert set(cand) >= {"code", "reward", "rewards", "result", "truncated"}
+            assert cand["code"].startswith("def mul(a, b):\n")
+            assert set(cand["rewards"]) == {"pass_rate", "syntax", "efficiency", "conciseness", "format"}
+            assert cand["result"]["tests_total"] == 2 and "stderr" in cand["result"] and "flags" in cand["result"]
     step = events[2]
     assert step["step"] == 1 and DESIGN_METRICS <= set(step["metrics"])
     assert step["metrics"]["clip_frac"] == 0.0  # one epoch, one minibatch: ratio exactly 1

@@ -116,6 +116,9 @@ class ProblemOut(Schema):
 
 
 class CandidateOut(Schema):
+    phase: Literal["train", "eval"] = Field(description="train: sampled for RL step `step`; eval: a held-out "
+                                                        "evaluation sample of the evaluation at `step` (0: before "
+                                                        "training)")
     step: int
     index: int
     code: str
@@ -258,11 +261,14 @@ def get_problems(request: HttpRequest, run_id: int):
 def get_candidates(request: HttpRequest, run_id: int, problem_id: str,
                    status: Literal["failed", "passed"] | None = None, step: int | None = None,
                    flag: str | None = Query(None, description="only candidates whose result carries this "
-                                                                "reward-hacking flag: " + ", ".join(FLAGS))):
+                                                                "reward-hacking flag: " + ", ".join(FLAGS)),
+                   phase: Literal["train", "eval"] | None = Query(
+                       None, description="train: the candidates of RL steps; eval: the held-out evaluation's "
+                                         "samples (with `step`: of the evaluation at that step)")):
     run = _run(request, run_id)
     if flag is not None and flag not in FLAGS:
         return Status(400, {"detail": f"flag: unknown flag {flag!r}; valid: {', '.join(FLAGS)}", "field": "flag"})
-    return queries.candidates(run, problem_id, status=status, step=step, flag=flag)
+    return queries.candidates(run, problem_id, status=status, step=step, flag=flag, phase=phase)
 
 
 @router.post("/{int:run_id}/cancel", response={200: StatusOut, 409: Error}, summary="Cooperative stop")

@@ -99,7 +99,8 @@ def latest_flagged(run: Run, limit: int = LATEST, data: dict | None = None) -> l
                 break
     if not steps:
         return []
-    rows = (Candidate.objects.filter(run=run, step__in=steps).order_by("-step", "problem_id", "index")
+    rows = (Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step__in=steps)
+            .order_by("-step", "problem_id", "index")
             .values_list("step", "problem_id", "index", "reward", "status", "result__flags", "penalized_flags"))
     if connection.features.supports_json_field_contains:
         rows = rows.filter(reduce(operator.or_, (Q(result__flags__contains=[f]) for f in VOCABULARY)))[:limit]

@@ -192,7 +192,17 @@ class ProblemStat(models.Model):
 
 
 class Candidate(models.Model):
+    """One sampled program: a training candidate (a ``problem`` event's) or a held-out evaluation sample
+    (an ``eval`` event's ``per_problem``), told apart by ``phase``."""
+
+    class Phase(models.TextChoices):
+        TRAIN = "train"
+        EVAL = "eval"
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="candidates")
+    phase = models.CharField(max_length=10, choices=Phase.choices, default=Phase.TRAIN,
+                             help_text="train: sampled for an RL step; eval: sampled by the held-out "
+                                       "evaluation at that step (step 0: before training)")
     step = models.IntegerField()
     problem_id = models.CharField(max_length=500)
     index = models.IntegerField()

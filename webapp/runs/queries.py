@@ -118,10 +118,13 @@ def complete_tests(result: dict) -> list[dict]:
 
 
 def candidates(run: Run, problem_id: str, *, status: str | None = None, step: int | None = None,
-               flag: str | None = None) -> list[dict]:
+               flag: str | None = None, phase: str | None = None) -> list[dict]:
     """The candidates of one problem, newest step first; ``flag`` keeps those whose result carries it
-    (a name of sandbox/flags.py's vocabulary, checked by the caller)."""
+    (a name of sandbox/flags.py's vocabulary, checked by the caller); ``phase`` keeps a train problem's
+    step candidates (``train``) or a held-out problem's evaluation samples (``eval``)."""
     qs = Candidate.objects.filter(run=run, problem_id=problem_id)
+    if phase is not None:
+        qs = qs.filter(phase=phase)
     if status == "passed":
         qs = qs.filter(passed=True)
     elif status == "failed":
@@ -136,8 +139,9 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
             continue  # SQLite has no JSON containment: the database kept them all
         result = dict(c.result)
         result["tests"] = complete_tests(result)
-        out.append({"step": c.step, "index": c.index, "code": c.code, "reward": c.reward, "rewards": c.rewards,
-                    "passed": c.passed, "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
+        out.append({"phase": c.phase, "step": c.step, "index": c.index, "code": c.code, "reward": c.reward,
+                    "rewards": c.rewards, "passed": c.passed,
+                    "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
                     "truncated": c.truncated, "overlong_penalty": c.overlong_penalty,
                     "penalized_flags": c.penalized_flags, "result": result})
     return out
@@ -154,8 +158,10 @@ def checkpoints(run: Run) -> list[dict]:
 
 
 def sandbox_health(run: Run) -> dict:
-    """Candidate outcomes split into infrastructure failures and the candidates' own failures."""
-    by_status = Candidate.objects.filter(run=run).values("status").annotate(n=Count("id"))
+    """Outcomes of the training candidates (as the page counts them from live ``problem`` events) split
+    into infrastructure failures and the candidates' own failures."""
+    by_status = (Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN).values("status")
+                 .annotate(n=Count("id")))
     counts = {row["status"]: row["n"] for row in by_status}
     return {"counts": counts, "total": sum(counts.values()),
             "infrastructure": sum(counts.get(s, 0) for s in INFRASTRUCTURE),

@@ -69,7 +69,7 @@ def stored_steps(run: Run) -> tuple[int, int] | None:
     """The first and last step with stored candidates; None before the first."""
     from django.db.models import Max, Min
 
-    bounds = Candidate.objects.filter(run=run).aggregate(lo=Min("step"), hi=Max("step"))
+    bounds = Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN).aggregate(lo=Min("step"), hi=Max("step"))
     return None if bounds["hi"] is None else (bounds["lo"], bounds["hi"])
 
 
@@ -121,7 +121,7 @@ def rescore_run(run: Run, weights: Any = None, steps: Any = None, top: int = 10)
 
     from training.rescore import RewardSettings, StoredCandidate, rescore
 
-    rows = (Candidate.objects.filter(run=run, step__gte=first, step__lte=last)
+    rows = (Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step__gte=first, step__lte=last)
             .values_list("step", "problem_id", "index", "reward", "rewards", "result__flags", "overlong_penalty",
                          "status"))
     candidates, outcomes = [], {}

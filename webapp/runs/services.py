@@ -300,9 +300,18 @@ def _apply(run: Run, kind: str, step: int | None, event: dict) -> None:
 
 def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> None:
     """Held-out problems join the per-problem table: their pass@1 at each evaluation is their history,
-    so the first and last points are the before → after of that problem."""
+    so the first and last points are the before → after of that problem. The samples an entry lists
+    (``candidates``) are stored as that evaluation's candidates (phase ``eval``)."""
     for problem_id, result in per_problem.items():
-        if not isinstance(result, dict) or not isinstance(result.get("pass@1"), (int, float)):
+        if not isinstance(result, dict):
+            continue
+        if isinstance(result.get("candidates"), list):
+            # A resumed run evaluates its resume step again: the newer samples replace the older.
+            Candidate.objects.filter(run=run, phase=Candidate.Phase.EVAL, step=step,
+                                     problem_id=str(problem_id)).delete()
+            Candidate.objects.bulk_create(_candidate_rows(run, step, str(problem_id), result["candidates"],
+                                                          Candidate.Phase.EVAL))
+        if not isinstance(result.get("pass@1"), (int, float)):
             continue
         stat, _ = ProblemStat.objects.get_or_create(run=run, problem_id=str(problem_id), defaults={"split": split})
         stat.history = sorted([h for h in stat.history if h[0] != step] + [[step, float(result["pass@1"])]])
@@ -316,19 +325,8 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
     problem_id = str(event["problem_id"])
     candidates = event.get("candidates") if isinstance(event.get("candidates"), list) else []
     # A resumed run repeats the steps after its last checkpoint: the newer record replaces the older.
-    Candidate.objects.filter(run=run, step=step, problem_id=problem_id).delete()
-    rows = []
-    for index, c in enumerate(candidates):
-        if not isinstance(c, dict):
-            continue
-        result = c.get("result") if isinstance(c.get("result"), dict) else {}
-        status = str(result.get("status") or "")
-        rows.append(Candidate(run=run, step=step, problem_id=problem_id, index=c.get("index", index),
-                              code=str(c.get("code") or ""), reward=c.get("reward"),
-                              rewards=c.get("rewards") or {}, result=result, passed=status == "passed",
-                              status=status[:20], truncated=c.get("truncated") is True,
-                              overlong_penalty=_number(c.get("overlong_penalty")),
-                              penalized_flags=_names(c.get("penalized_flags"))))
+    Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step=step, problem_id=problem_id).delete()
+    rows = _candidate_rows(run, step, problem_id, candidates, Candidate.Phase.TRAIN)
     Candidate.objects.bulk_create(rows)
     rewards = [c.reward for c in rows if c.reward is not None]
     zero_variance = event.get("zero_variance")
@@ -345,6 +343,24 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
     stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
     stat.save()
+
+
+def _candidate_rows(run: Run, step: int, problem_id: str, candidates: list, phase: str) -> list[Candidate]:
+    """Rows for an event's candidates (``{code, reward, rewards, result, truncated, ...}`` each)."""
+    rows = []
+    for index, c in enumerate(candidates):
+        if not isinstance(c, dict):
+            continue
+        result = c.get("result") if isinstance(c.get("result"), dict) else {}
+        status = str(result.get("status") or "")
+        rows.append(Candidate(run=run, phase=phase, step=step, problem_id=problem_id, index=c.get("index", index),
+                              code=str(c.get("code") or ""), reward=_number(c.get("reward")),
+                              rewards=c.get("rewards") if isinstance(c.get("rewards"), dict) else {},
+                              result=result, passed=status == "passed",
+                              status=status[:20], truncated=c.get("truncated") is True,
+                              overlong_penalty=_number(c.get("overlong_penalty")),
+                              penalized_flags=_names(c.get("penalized_flags"))))
+    return rows
 
 
 def _number(value) -> float | None:

@@ -21,7 +21,7 @@ from webapp.core.params import int_param
 from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
 from .forms import RunForm, flatten
-from .models import ProblemStat, Run, RunEvent, StepMetric, TransitionError
+from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
 from .services import merge_config, default_config
 
@@ -253,7 +253,9 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
 @require_GET
 def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpResponse:
     """HTML fragment: a problem's candidates, code highlighted server-side; ``flag`` keeps those whose
-    result carries it (as the API's), the filter offering the flags the listed candidates carry."""
+    result carries it (as the API's), the filter offering the flags the listed candidates carry. A
+    held-out problem's candidates are its evaluation samples, with links to the evaluation before
+    training and the latest one (``step``)."""
     run = _run(request, run_id)
     status = request.GET.get("status") or None
     if status not in (None, "failed", "passed"):
@@ -261,7 +263,11 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     flag = request.GET.get("flag") or None
     if flag is not None and flag not in FLAGS:
         raise Http404(f"flag must be one of {', '.join(FLAGS)}")
-    listed = queries.candidates(run, problem_id, status=status, step=int_param(request.GET.get("step")))
+    phase = request.GET.get("phase") or None
+    if phase not in (None, "train", "eval"):
+        raise Http404("phase must be train or eval")
+    step = int_param(request.GET.get("step"))
+    listed = queries.candidates(run, problem_id, status=status, step=step, phase=phase)
     flag_counts = integrity.flag_counts(listed)
     candidates = [c for c in listed if flag in integrity.names_of(c["result"].get("flags"))] if flag else listed
     shown = candidates[:50]
@@ -270,13 +276,33 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
         c["badges"] = integrity.badges(integrity.names_of(c["result"].get("flags")), c["penalized_flags"])
     heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
-    evaluations = [(step, round(100 * rate)) for step, rate in heldout.history] if heldout else []
+    evaluations = [(s, round(100 * rate)) for s, rate in heldout.history] if heldout else []
     flag_filters = [{"name": name, "meaning": FLAGS[name], "count": flag_counts.get(name, 0)}
                     for name in FLAGS if name in flag_counts or name == flag]
-    return render(request, "runs/_candidates.html", {"run": run, "problem_id": problem_id, "candidates": shown,
-                                                     "total": len(candidates), "status": status or "all",
-                                                     "flag": flag or "", "flag_filters": flag_filters,
-                                                     "heldout": heldout is not None, "evaluations": evaluations})
+    return render(request, "runs/_candidates.html", {
+        "run": run, "problem_id": problem_id, "candidates": shown, "total": len(candidates),
+        "status": status or "all", "flag": flag or "", "flag_filters": flag_filters, "step": step,
+        "heldout": heldout is not None, "evaluations": evaluations,
+        "eval_filters": _eval_filters(run, evaluations, step) if heldout else [],
+        # Runs trained before evaluation samples were recorded have a held-out problem's pass@1 only.
+        "samples_recorded": heldout is not None and Candidate.objects.filter(
+            run=run, problem_id=problem_id, phase=Candidate.Phase.EVAL).exists(),
+    })
+
+
+def _eval_filters(run: Run, evaluations: list[tuple[int, int]], step: int | None) -> list[dict]:
+    """The held-out pane's choice of samples: every evaluation's, the first (before training) and the
+    latest (after training, once the run is over)."""
+    if not evaluations:
+        return []
+    first, last = evaluations[0][0], evaluations[-1][0]
+    out = [{"step": "", "label": "every evaluation", "active": step is None},
+           {"step": first, "label": f"before training (step {first})" if first == 0 else f"first (step {first})",
+            "active": step == first}]
+    if last != first:
+        out.append({"step": last, "label": f"{'after training' if run.is_finished else 'latest'} (step {last})",
+                    "active": step == last})
+    return out
 
 
 @require_POST

@@ -56,7 +56,11 @@ def test_a_real_short_run_streams_to_the_database_and_a_websocket(celery_worker,
     assert run.step == 2
     assert list(StepMetric.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
     assert "reward/mean" in StepMetric.objects.get(run=run, step=2).metrics
-    assert Candidate.objects.filter(run=run).count() == 2 * 2 * 2
+    assert Candidate.objects.filter(run=run, phase="train").count() == 2 * 2 * 2
+    # Every evaluation (steps 0, 1 and 2) records each held-out problem's one sample.
+    heldout = problem_set.problems.filter(split="heldout").count()
+    assert Candidate.objects.filter(run=run, phase="eval").count() == 3 * heldout
+    assert set(Candidate.objects.filter(run=run, phase="eval").values_list("step", flat=True)) == {0, 1, 2}
     assert Eval.objects.filter(run=run, step=0, split="heldout").exists()
     checkpoint = Checkpoint.objects.filter(run=run).order_by("-step").first()
     assert checkpoint.kind == "adapter" and checkpoint.size_bytes > 0
