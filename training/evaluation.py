@@ -59,7 +59,7 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     """
     from sandbox import Candidate
     from training.generation import build_prompt, generate
-    from training.rollout import score_samples
+    from training.rollout import sandbox_reply, score_samples
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -75,18 +75,21 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     counts: dict[str, list[int]] = {p.id: [0, 0] for p in problems}  # id -> [n, c]
     recorded: dict[str, list[dict]] = {p.id: [] for p in problems}
     test_rates: list[float] = []
+    thinking = bool(getattr(sampling, "thinking", False))  # as training prompts and reads replies
+    chat = sampling.prompt_style == "chat"
     was_training = getattr(model, "training", False)
     model.eval()
     try:
         for start in range(0, len(problems), prompts_per_batch):
             chunk = problems[start:start + prompts_per_batch]
-            prompts = [build_prompt(p, tokenizer, sampling.prompt_style) for p in chunk]
+            prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in chunk]
             seed = None if generator_seed is None else generator_seed + start
             batch = generate(model, tokenizer, prompts, sampling, num_return_sequences=samples,
                              generator_seed=seed)
-            key = "completion" if sampling.prompt_style == "completion" else "reply"
-            candidates = [Candidate(chunk[i].id, **{key: text})
-                          for i, text in zip(batch.prompt_index, batch.texts)]
+            key = "reply" if chat else "completion"
+            answers = [sandbox_reply(text, thinking) if chat else text for text in batch.texts]
+            candidates = [Candidate(chunk[i].id, **{key: answer})
+                          for i, answer in zip(batch.prompt_index, answers)]
             results = runner.run_batch(by_id, candidates)
             for i, text, result in zip(batch.prompt_index, batch.texts, results):
                 problem = chunk[i]
@@ -97,7 +100,8 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
                     on_candidate(problem, text, result)
             if record:
                 for rec in score_samples(chunk, batch, results, group_size=samples, prompt_style=sampling.prompt_style,
-                                         reward=reward, timeout_s=timeout_s, max_new_tokens=sampling.max_new_tokens):
+                                         reward=reward, timeout_s=timeout_s, max_new_tokens=sampling.max_new_tokens,
+                                         answers=answers):
                     recorded[rec.problem_id].append(rec.event_dict())
     finally:
         if was_training:

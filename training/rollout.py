@@ -262,18 +262,20 @@ def score_rollout(
 
 def score_samples(problems: Sequence[Any], batch: GenerationBatch, results: Sequence[Any], *, group_size: int,
                   prompt_style: str = "completion", reward: Any = None, timeout_s: float | None = None,
-                  max_new_tokens: int | None = None) -> list[CandidateRecord]:
+                  max_new_tokens: int | None = None, answers: Sequence[str] | None = None) -> list[CandidateRecord]:
     """Completions executed once each (the held-out evaluation's samples), scored as a step's candidates
     are (``score_rollout``), so that they serialise the same way (``CandidateRecord.event_dict``).
 
     ``batch`` holds ``group_size`` sequences per problem, grouped by problem; ``results`` one execution
     result per sequence (``ExecutionResult`` or its dict); ``reward`` is the run's ``RewardConfig``
-    (None: the defaults). The code of each record is the program the sandbox ran for its text.
+    (None: the defaults); ``answers`` what of each text went to the sandbox (``sandbox_reply``; None: the
+    texts). The code of each record is the program the sandbox ran.
     """
     from training.config import RewardConfig
 
     reward = reward if reward is not None else RewardConfig()
-    codes = [_assembled_code(problems[batch.prompt_index[i]], text, prompt_style) for i, text in enumerate(batch.texts)]
+    answers = batch.texts if answers is None else answers
+    codes = [_assembled_code(problems[batch.prompt_index[i]], text, prompt_style) for i, text in enumerate(answers)]
     scored = score_rollout(problems, batch, codes, [[_result_dict(r)] for r in results], group_size=group_size,
                            weights=reward.weights.as_dict(), normalize=reward.normalize, timeout_s=timeout_s,
                            prompt_style=prompt_style, overlong=reward.overlong, max_new_tokens=max_new_tokens,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from training.config import SamplingConfig
@@ -161,3 +162,36 @@ def test_every_demo_reference_passes_and_every_empty_body_fails_in_the_sandbox()
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) >= 100 and all(r["reference_passed"] and r["empty_failed"] for r in rows)
+
+
+@pytest.mark.parametrize("thinking", [False, True], ids=["answer", "think"])
+def test_evaluation_prompts_and_reads_replies_as_training_does(qwen3_model_dir, runner, monkeypatch, thinking):
+    """With ``sampling.thinking`` the held-out prompts ask for thinking and the sandbox gets the last
+    fenced block after ``</think>``: a draft written while thinking is not what is judged."""
+    from sandbox import Problem as SandboxProblem
+    from tests.training.conftest import PROBLEMS
+    from training import generation
+    from training.generation import GenerationBatch, build_prompt
+    from training.rewards import DIMENSIONS
+
+    tok = AutoTokenizer.from_pretrained(qwen3_model_dir)
+    problem = SandboxProblem.from_dict(PROBLEMS[0])  # add(a, b)
+    reply = ("<think>\n```python\ndef add(a, b):\n    return a - b\n```\nno, plus\n</think>\n"
+             "```python\ndef add(a, b):\n    return a + b\n```\n")
+    seen = []
+
+    def scripted_generate(model, tokenizer, prompts, sampling, *, num_return_sequences, generator_seed=None):
+        seen.extend(prompts)
+        n = len(prompts) * num_return_sequences
+        return GenerationBatch(prompt_ids=[[1]] * n, completion_ids=[[2]] * n, texts=[reply] * n,
+                               prompt_index=[i // num_return_sequences for i in range(n)],
+                               finish_reasons=["eos"] * n, generated_tokens=[1] * n, prompts=list(prompts))
+
+    monkeypatch.setattr(generation, "generate", scripted_generate)
+    sampling = SamplingConfig(prompt_style="chat", thinking=thinking, max_new_tokens=8)
+    report = evaluate(torch.nn.Linear(1, 1), tok, [problem], sampling, samples=2, ks=[1], runner=runner, record=True)
+    assert seen == [build_prompt(problem, tok, "chat", thinking)]
+    # without thinking the sandbox takes the reply's first fenced block: the wrong draft
+    assert report["pass@1"] == (1.0 if thinking else 0.0)
+    cand = report["per_problem"][problem.id]["candidates"][0]
+    assert ("a + b" in cand["code"]) is thinking and set(cand["rewards"]) == set(DIMENSIONS)
