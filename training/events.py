@@ -6,7 +6,9 @@ file while the run is alive. Every event has ``event`` and ``time`` (Unix second
 - ``start``: ``config`` (the run config as a dict), ``model``; on resume also ``resumed_from`` (step).
 - ``step``: ``step``, ``metrics`` ({name: number}).
 - ``problem``: ``step``, ``problem_id``, ``pass_rate``, ``zero_variance`` (extension), ``candidates``
-  ([{``code``, ``reward``, ``rewards``, ``result``}, ...]).
+  ([{``code``, ``reward``, ``rewards``, ``result``}, ...]); when groups can be left out of the update
+  (``sampling.dynamic``, ``ppo.drop_zero_variance_groups``) also ``used`` and, for a group left out,
+  ``set_aside`` (``zero_variance`` | ``surplus``); with ``sampling.dynamic`` also ``round`` (1-based).
 - ``eval``: ``step``, ``split``, ``pass@1``, ``pass@k`` ({"k": value}).
 - ``checkpoint``: ``step``, ``path`` (relative to RUN_DIR), ``kind`` (adapter | merged | full).
 - ``done``: ``status`` (succeeded | failed | cancelled), ``error``.

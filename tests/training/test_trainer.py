@@ -245,6 +245,7 @@ def test_zero_variance_groups_are_counted_and_can_be_dropped(tmp_path, tiny_mode
     assert step["metrics"]["zero_variance_groups"] == 2 and step["metrics"]["grad_norm"] == 0.0
     problems = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "problem"]
     assert all(p["zero_variance"] for p in problems)
+    assert all(p["used"] is False and p["set_aside"] == "zero_variance" for p in problems)  # left out: marked
     after = _lora_state(trainer.policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
