@@ -1,7 +1,8 @@
 """The run page's difficulty map in a browser: the heatmap and its marks, the three sort orders, a
 click on a cell that opens that step's candidates (a set-aside group's marked as not in the update),
 and a live step that joins the map."""
-from tests.webapp.runs.conftest import TINY_OVERRIDES, install_model_stub, make_problem_set, problem_event, step_event
+from tests.webapp.runs.conftest import (TINY_OVERRIDES, install_model_stub, make_problem_set, problem_event,
+                                       step_event)
 from tests.webapp.runs.test_difficulty_map import difficulty_events
 
 from .conftest import login
@@ -81,7 +82,8 @@ def test_the_difficulty_map_sorts_marks_solved_and_unsolved_and_opens_a_cells_ca
     wait_until(page, "document.getElementById('candidates').dataset.problem === 'add-1'", 10)
     assert _listed(page) == ["3:0", "3:1"]
     badge = page.locator("#candidates details.candidate .set-aside").first
-    assert badge.inner_text() == "not in the update (zero variance)" and "no learning signal" in badge.get_attribute("title")
+    assert badge.inner_text() == "not in the update (zero variance)"
+    assert "no learning signal" in badge.get_attribute("title")
     page.locator(".candidates-card").screenshot(path=str(output_dir / "candidates-set-aside.png"))
 
     # A live step: add-2 solved by both candidates at step 4 joins the map.
