@@ -211,6 +211,11 @@ class SamplingConfig(_Section):
     thinking: bool = False
     """Thinking chat models (Qwen3, Qwen3.5): let the model reason first (the chat template's enable_thinking);
     the code is then the last fenced block after </think>, and a reply whose thinking never closed gets none."""
+    dynamic: bool = False
+    """Dynamic sampling (DAPO): set aside groups whose candidates all got one reward and draw more problems,
+    up to max_rounds rounds, until problems_per_step informative groups exist; the update uses only those."""
+    max_rounds: int = _field(3, ge=1, le=100)
+    """Dynamic sampling: most rollout rounds per step, the first included (1 = only filter, never redraw)."""
 
     def _check(self) -> None:
         if self.stop is not None and any(s == "" for s in self.stop):
@@ -309,7 +314,8 @@ class PPOConfig(_Section):
     loss_aggregation: str = _field("token_mean", choices=LOSS_AGGREGATIONS)
     """token_mean: average over all tokens of the batch; seq_mean: average per sequence, then over sequences."""
     drop_zero_variance_groups: bool = False
-    """Leave out groups whose candidates all got the same reward (no learning signal; dynamic sampling)."""
+    """Leave out groups whose candidates all got the same reward (no learning signal); sampling.dynamic also
+    draws more problems to fill the batch."""
     weight_decay: float = _field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
     tis_cap: float | None = _field(None, ge=1.0, le=100.0)

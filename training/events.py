@@ -6,7 +6,9 @@ file while the run is alive. Every event has ``event`` and ``time`` (Unix second
 - ``start``: ``config`` (the run config as a dict), ``model``; on resume also ``resumed_from`` (step).
 - ``step``: ``step``, ``metrics`` ({name: number}).
 - ``problem``: ``step``, ``problem_id``, ``pass_rate``, ``zero_variance`` (extension), ``candidates``
-  ([{``code``, ``reward``, ``rewards``, ``result``}, ...]).
+  ([{``code``, ``reward``, ``rewards``, ``result``}, ...]); when groups can be left out of the update
+  (``sampling.dynamic``, ``ppo.drop_zero_variance_groups``) also ``used`` and, for a group left out,
+  ``set_aside`` (``zero_variance`` | ``surplus``); with ``sampling.dynamic`` also ``round`` (1-based).
 - ``eval``: ``step``, ``split``, ``pass@1``, ``pass@k`` ({"k": value}), ``per_problem`` (extension:
   {problem_id: {``n``, ``c``, ``pass@1``, ``candidates``}}, ``candidates`` being the problem's samples
   in the shape of a ``problem`` event's).

@@ -2,7 +2,9 @@
 
 Per step (reads top to bottom in ``Trainer.run_step``):
 
-1. pick ``problems_per_step`` train problems (seeded epochs, a pure function of the step);
+1. pick ``problems_per_step`` train problems (seeded epochs, a pure function of the step); with
+   ``sampling.dynamic`` the step samples in rounds until that many groups are informative
+   (dynamic_sampling.py), and the log-prob passes of step 3 run after the last round, on those groups;
 2. one batched ``generate`` of ``candidates_per_problem`` completions each, submitted to the sandbox
    as soon as decoded;
 3. while the sandbox runs: reference logprobs (adapters disabled) and, when the batch is reused
@@ -24,7 +26,7 @@ last completed step and writes ``done`` with status ``cancelled``. An exception 
 
 Multi-GPU (``accelerate launch``): each process takes every n-th problem of the step, DDP averages
 gradients, the main process gathers the problem records and metrics and writes events and
-checkpoints. Needs ``problems_per_step >= num_processes``.
+checkpoints. Needs ``problems_per_step >= num_processes``; dynamic sampling runs on one process only.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
 from training.advantages import clip_advantages, compute_advantages, zero_variance_groups
 from training.config import RunConfig, config_to_dict
+from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
 from training.events import EventWriter
 from training.losses import logprob_mismatch, ppo_loss, tis_weights
 from training.policy import (fused_lora, generation_mode, load_policy, sequence_logprobs, shared_prompt_logprobs,
@@ -133,6 +136,9 @@ class Trainer:
         if loaded.errors:
             first = "; ".join(str(e) for e in loaded.errors[:3])
             raise ValueError(f"problems: {config.problems} has {len(loaded.errors)} bad line(s): {first}")
+        if config.sampling.dynamic and accelerator.num_processes > 1:
+            raise ValueError(f"sampling.dynamic: true runs on one process, this launch has "
+                             f"{accelerator.num_processes}; launch one process or set sampling.dynamic: false")
         self.train_problems = [p for p in loaded.problems if p.split == "train"]
         self.heldout_problems = [p for p in loaded.problems if p.split == "heldout"]
         if not self.train_problems:
@@ -217,65 +223,107 @@ class Trainer:
         cfg, acc = self.config, self.accelerator
         t_step = time.monotonic()
         picked = pick_problems(len(self.train_problems), cfg.sampling.problems_per_step, step, cfg.train.seed)
-        problems = [self.train_problems[i] for i in picked][acc.process_index::acc.num_processes]
-        model = acc.unwrap_model(self.model)
-
-        with self.threads.idle():  # nothing is executing yet: generation gets every core
-            pending = start_rollout(
-                model, self.tokenizer, problems, cfg.sampling, _Submitter(self.runner, self._executor()),
-                generator_seed=_step_seed(cfg.train.seed, step, acc.process_index), repeats=cfg.reward.repeats,
-                chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
-                timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong,
-                penalize_flags=cfg.reward.penalize_flags)
-
-        # While the sandbox runs: the forward passes that do not depend on rewards (on the cores the
-        # sandbox workers leave free).
-        self.threads.busy()
-        t_lp = time.monotonic()
-        tensors = pending.batch.padded(self.tokenizer.pad_token_id, device=acc.device)
-        kl_coef = cfg.ppo.kl_coef * cfg.schedule.kl_factor(step - 1)
-        ref_logprobs = self._logprobs(tensors, reference=True) if cfg.ppo.kl_coef > 0 else None
-        n = len(pending.batch)
-        reuse = cfg.ppo.epochs_per_batch > 1 or (cfg.ppo.minibatch_size or n) < n
-        old_logprobs = self._logprobs(tensors) if reuse else None
-        logprob_s = time.monotonic() - t_lp
-        rollout = pending.finish()
-        if self._stop_requested():
-            return None
-
-        # Advantages: per group, zero-variance groups counted (and maybe dropped), then clipped.
-        advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
-        advantages = clip_advantages(advantages, cfg.reward.clip)  # (P, K)
-        zero_var = zero_variance_groups(rollout.rewards)  # (P,)
-        k = cfg.sampling.candidates_per_problem
-        keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
-        keep = keep.repeat_interleave(k)  # (N,)
-        if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
-            keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
+        drawn = None
+        if cfg.sampling.dynamic:  # rounds until the batch is informative (dynamic_sampling.py)
+            drawn = sample_informative(
+                picked, per_step=cfg.sampling.problems_per_step, max_rounds=cfg.sampling.max_rounds,
+                num_problems=len(self.train_problems), seed=cfg.train.seed, step=step,
+                roll=lambda indices, round_: self._roll(indices, step, round_))
+            if drawn is None:
+                return None
+            rollout, sampled = drawn.kept(), drawn.sampled()
+            with self.threads.idle():  # the sandbox is done: these passes get every core
+                passes = self._forward_passes(rollout.batch, step) if rollout is not None else None
+        else:
+            problems = [self.train_problems[i] for i in picked][acc.process_index::acc.num_processes]
+            with self.threads.idle():  # nothing is executing yet: generation gets every core
+                pending = self._start_rollout(problems, _step_seed(cfg.train.seed, step, acc.process_index))
+            # While the sandbox runs: the forward passes that do not depend on rewards (on the cores the
+            # sandbox workers leave free).
+            self.threads.busy()
+            passes = self._forward_passes(pending.batch, step)
+            rollout = sampled = pending.finish()
+            if self._stop_requested():
+                return None
 
         t_up = time.monotonic()
         lr = self.optimizer.param_groups[0]["lr"]
-        with self.threads.idle():  # the sandbox is done: the update gets every core
-            update = self._update(tensors, advantages.flatten().to(acc.device), keep.to(acc.device),
-                                  old_logprobs, ref_logprobs, kl_coef, step)
+        if rollout is None:  # no informative group in max_rounds rounds: nothing to learn from this step
+            update = _no_update()
+        else:
+            # Advantages: per group, zero-variance groups counted (and maybe dropped), then clipped.
+            tensors, ref_logprobs, old_logprobs, kl_coef, _ = passes
+            advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+            advantages = clip_advantages(advantages, cfg.reward.clip)  # (P, K)
+            zero_var = zero_variance_groups(rollout.rewards)  # (P,)
+            k = cfg.sampling.candidates_per_problem
+            keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
+            keep = keep.repeat_interleave(k)  # (N,)
+            if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
+                keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
+            with self.threads.idle():  # the sandbox is done: the update gets every core
+                update = self._update(tensors, advantages.flatten().to(acc.device), keep.to(acc.device),
+                                      old_logprobs, ref_logprobs, kl_coef, step)
         with warnings.catch_warnings():
             # a step whose groups were all dropped made no optimizer step; the schedule still advances
             warnings.filterwarnings("ignore", message=r".*lr_scheduler.step\(\)` before `optimizer.step\(\)`.*")
             self.scheduler.step()
+        logprob_s = passes[4] if passes is not None else 0.0
         update_s = time.monotonic() - t_up + logprob_s
 
-        metrics = _rollout_metrics(rollout, zero_var)
+        # Metrics and problem events cover every sampled group (all rounds): what the policy did.
+        zero_var = zero_variance_groups(sampled.rewards)  # (P_sampled,)
+        metrics = _rollout_metrics(sampled, zero_var)
         metrics.update(update)
         metrics.update({
-            "lr": lr, "kl_coef": kl_coef,
-            "tokens_per_s": rollout.generated_tokens / max(rollout.time_generate_s, 1e-9),
-            "time/rollout_s": rollout.time_generate_s, "time/sandbox_s": rollout.time_sandbox_s,
+            "lr": lr, "kl_coef": cfg.ppo.kl_coef * cfg.schedule.kl_factor(step - 1),
+            "tokens_per_s": sampled.generated_tokens / max(sampled.time_generate_s, 1e-9),
+            "time/rollout_s": sampled.time_generate_s, "time/sandbox_s": sampled.time_sandbox_s,
             "time/update_s": update_s, "time/logprob_s": logprob_s, "time/step_s": time.monotonic() - t_step,
         })
-        problem_events = _problem_events(rollout, zero_var)
+        problem_events = _problem_events(sampled, zero_var)
+        if drawn is not None:
+            metrics.update(drawn.metrics())
+            for pe, ref in zip(problem_events, drawn.groups):
+                pe.update({"round": ref.round, "used": ref.set_aside is None}
+                          | ({"set_aside": ref.set_aside} if ref.set_aside else {}))
+        elif cfg.ppo.drop_zero_variance_groups:
+            for pe in problem_events:
+                pe.update({"used": False, "set_aside": ZERO_VARIANCE} if pe["zero_variance"] else {"used": True})
         if acc.num_processes > 1:
             metrics, problem_events = _gather(acc, metrics, problem_events)
         return metrics, problem_events
+
+    def _start_rollout(self, problems: list, generator_seed: int):
+        cfg = self.config
+        return start_rollout(
+            self.accelerator.unwrap_model(self.model), self.tokenizer, problems, cfg.sampling,
+            _Submitter(self.runner, self._executor()), generator_seed=generator_seed, repeats=cfg.reward.repeats,
+            chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
+            timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags)
+
+    def _roll(self, indices: list[int], step: int, round_: int) -> Rollout | None:
+        """One dynamic-sampling round: roll out and score ``indices``; None when a stop was requested."""
+        seed = _step_seed(self.config.train.seed, step, 0) + _ROUND_SEED * (round_ - 1)
+        with self.threads.idle():
+            pending = self._start_rollout([self.train_problems[i] for i in indices], seed)
+        self.threads.busy()
+        rollout = pending.finish()
+        return None if self._stop_requested() else rollout
+
+    def _forward_passes(self, batch, step: int) -> tuple[dict, torch.Tensor | None, torch.Tensor | None, float, float]:
+        """The passes that do not depend on rewards: reference log-probs (when there is a KL term) and,
+        when the batch is reused, old-policy ones. -> tensors, ref (N, C) | None, old (N, C) | None,
+        kl_coef, seconds"""
+        cfg, acc = self.config, self.accelerator
+        t_lp = time.monotonic()
+        tensors = batch.padded(self.tokenizer.pad_token_id, device=acc.device)
+        kl_coef = cfg.ppo.kl_coef * cfg.schedule.kl_factor(step - 1)
+        ref_logprobs = self._logprobs(tensors, reference=True) if cfg.ppo.kl_coef > 0 else None
+        n = len(batch)
+        reuse = cfg.ppo.epochs_per_batch > 1 or (cfg.ppo.minibatch_size or n) < n
+        old_logprobs = self._logprobs(tensors) if reuse else None
+        return tensors, ref_logprobs, old_logprobs, kl_coef, time.monotonic() - t_lp
 
     # --------------------------------------------------------------------------------------- update
 
@@ -318,8 +366,7 @@ class Trainer:
         index = keep.nonzero().flatten()  # (N_kept,)
         n = index.numel()
         if n == 0:  # every group was zero-variance and dropped: nothing to learn from this step
-            return {"loss/policy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "entropy": 0.0, "approx_kl": 0.0,
-                    "rollout/logprob_diff_max": 0.0, "rollout/mismatch_kl": 0.0}
+            return _no_update()
         mb_size = min(cfg.minibatch_size or n, n)
         gen = torch.Generator().manual_seed(_step_seed(self.config.train.seed, step, acc.process_index))
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -607,6 +654,12 @@ def _shared_micro_batch(tensors: dict, idx: torch.Tensor) -> tuple[torch.Tensor,
     return prompt_ids[:, start:], prompt_mask[:, start:], group, completion_ids, cmask[:, :width], width
 
 
+def _no_update() -> dict[str, float]:
+    """The update metrics of a step that made no optimizer step (no group to learn from)."""
+    return {"loss/policy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "entropy": 0.0, "approx_kl": 0.0,
+            "rollout/logprob_diff_max": 0.0, "rollout/mismatch_kl": 0.0}
+
+
 def _rollout_metrics(rollout: Rollout, zero_var: torch.Tensor) -> dict[str, float]:
     cands = rollout.candidates
     n = max(len(cands), 1)
@@ -665,6 +718,10 @@ def _make_accelerator() -> Any:
 def _temperature(cfg: RunConfig) -> float:
     t = cfg.sampling.temperature
     return t if t > 0 else 1.0
+
+
+_ROUND_SEED = 15_485_863
+"""Generator-seed offset between dynamic-sampling rounds (a prime far above any chunk offset)."""
 
 
 def _step_seed(seed: int, step: int, rank: int) -> int:

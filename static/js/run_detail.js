@@ -11,7 +11,7 @@
   var health = Object.assign({}, state.health.counts);
   var lastSeq = state.last_seq;
   var finished = ["succeeded", "failed", "cancelled"].indexOf(run.status) >= 0;
-  var openProblem = null, openStatus = "failed", openFlag = "", openStep = "";
+  var openProblem = null, openStatus = "failed", openFlag = "", openStep = null;
 
   state.metrics.forEach(function (m) { metrics.set(m.step, {metrics: m.metrics, time: m.time}); });
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
@@ -51,6 +51,15 @@
     {id: "chart-length", title: "Completion length", y: {title: {text: "tokens"}, rangemode: "tozero"},
      keys: function (k) { return k.indexOf("completion_len/") === 0; },
      label: function (k) { return k === "completion_len/max" ? "longest" : k === "completion_len/mean" ? "mean" : k.slice(15); }},
+    // Where the learning signal comes from: groups whose candidates differ in reward. With dynamic
+    // sampling (sampling/*) the step draws more problems until problems_per_step groups are informative.
+    {id: "chart-groups", title: "Groups per step: sampled, used, zero-variance",
+     y: {title: {text: "groups (rounds)"}, rangemode: "tozero", tickformat: "d"}, total: "sampling/groups_kept",
+     keys: function (k) { return k.indexOf("sampling/") === 0 || k === "zero_variance_groups"; },
+     label: function (k) {
+       return {"sampling/groups_sampled": "sampled (every round)", "sampling/groups_kept": "used by the update",
+               "sampling/rounds": "sampling rounds", "zero_variance_groups": "zero variance (no signal)"}[k] || CrucibleMetrics.label(k);
+     }},
   ];
   // The legend sits under the x-axis title, with room for two rows of entries.
   var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
@@ -422,12 +431,12 @@
   document.getElementById("problems").addEventListener("click", function (e) {
     var tr = e.target.closest("tr[data-problem]");
     if (e.target.closest("a")) return;  // a link in the row opens what it names (the document handler)
-    if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed", "");
+    if (tr) loadCandidates(tr.dataset.problem, problems.get(tr.dataset.problem).split === "heldout" ? "" : "failed", "", null, null);
   });
 
   // status: "failed", "passed" or "" (all); flag: a flag name or "" (any); focus: {step, index} of a
-  // candidate to open and scroll to once loaded; step: only that step's (a held-out problem: that
-  // evaluation's samples) or "" (every step).
+  // candidate to open and scroll to once loaded; step: only that step's candidates (a held-out problem:
+  // that evaluation's samples; null or "": every step; undefined: keep the current choice).
   function loadCandidates(problemId, status, flag, focus, step) {
     if (openProblem !== problemId) {
       openProblem = problemId;
@@ -435,11 +444,12 @@
       var row = document.querySelector('#problems tr[data-problem="' + CSS.escape(problemId) + '"]');
       if (row) row.classList.add("selected");
     }
-    openStatus = status; openFlag = flag || ""; openStep = step === undefined || step === null ? "" : String(step);
+    openStatus = status; openFlag = flag || "";
+    if (step !== undefined) openStep = step === null || step === "" ? null : Number(step);
     var query = new URLSearchParams();
     if (status) query.set("status", status);
     if (openFlag) query.set("flag", openFlag);
-    if (openStep) query.set("step", openStep);
+    if (openStep !== null) query.set("step", openStep);
     var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" +
       (query.toString() ? "?" + query : "");
     fetch(url, {credentials: "same-origin"}).then(function (r) {
@@ -448,14 +458,15 @@
     }).then(function (html) {
       var box = document.getElementById("candidates");
       // A live refresh of the same problem keeps the candidates the user expanded or collapsed.
+      var stepText = openStep === null ? "" : String(openStep);
       var same = box.dataset.problem === problemId && box.dataset.status === (status || "") &&
-        box.dataset.flag === openFlag && box.dataset.step === openStep;
+        box.dataset.flag === openFlag && box.dataset.step === stepText;
       var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
         return [d.dataset.step + ":" + d.dataset.index, d.open];
       }) : [];
       box.innerHTML = html;  // server-rendered, escaped by the template
       box.dataset.problem = problemId; box.dataset.status = status || ""; box.dataset.flag = openFlag;
-      box.dataset.step = openStep;
+      box.dataset.step = stepText;
       if (open.length) {
         var wasOpen = new Map(open);
         box.querySelectorAll("details.candidate").forEach(function (d) {
@@ -476,12 +487,13 @@
     });
   }
   document.getElementById("candidates").addEventListener("click", function (e) {
-    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step]");
+    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step], a[data-step-filter]");
     if (!a) return;
     e.preventDefault();
-    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag, null, openStep);
-    else if ("flag" in a.dataset) loadCandidates(openProblem, openStatus, a.dataset.flag, null, openStep);
-    else loadCandidates(openProblem, openStatus, openFlag, null, a.dataset.evalStep);
+    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
+    else if ("flag" in a.dataset) loadCandidates(openProblem, openStatus, a.dataset.flag);
+    else loadCandidates(openProblem, openStatus, openFlag, null,
+                        "evalStep" in a.dataset ? a.dataset.evalStep : a.dataset.stepFilter);
   });
   // Links elsewhere on the page (the reward-integrity panel, a held-out row's before → after) open a
   // problem's candidates: data-open-problem, optional data-status, data-flag, data-eval-step (only
@@ -491,7 +503,13 @@
     if (!a) return;
     e.preventDefault();
     var focus = a.dataset.step !== undefined ? {step: a.dataset.step, index: a.dataset.index} : null;
-    loadCandidates(a.dataset.openProblem, a.dataset.status || "", a.dataset.flag || "", focus, a.dataset.evalStep);
+    loadCandidates(a.dataset.openProblem, a.dataset.status || "", a.dataset.flag || "", focus,
+                   a.dataset.evalStep === undefined ? null : a.dataset.evalStep);
+    document.querySelector(".candidates-card").scrollIntoView({block: "start", behavior: "smooth"});
+  });
+  // Other panels (the difficulty map) open one step's candidates of a problem: {problem, step}.
+  document.addEventListener("crucible:open-candidates", function (e) {
+    loadCandidates(e.detail.problem, "", "", null, e.detail.step);
     document.querySelector(".candidates-card").scrollIntoView({block: "start", behavior: "smooth"});
   });
 

@@ -160,9 +160,28 @@ def _watch_and(action, events_path: Path, after_steps: int):
     return thread
 
 
+def _with_never_solved(tmp_path, train_problems_file):
+    """The train problems plus three that no candidate solves and whose conciseness is 1 whatever the
+    candidate (a very long reference): under pass_rate + conciseness weights their groups have zero
+    variance, while the others' vary with the length of what the tiny model writes."""
+    rows = [json.loads(line) for line in train_problems_file.read_text().splitlines()]
+    rows += [{"id": f"never-{i}", "kind": "function", "prompt": f"def f{i}(x):\n", "entry_point": f"f{i}",
+              "tests": ["assert False"], "reference_solution": "#" * 5000, "split": "train"} for i in range(3)]
+    path = tmp_path / "with-never.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["plain", "dynamic"])
 def test_sigterm_checkpoints_and_a_resumed_run_matches_an_uninterrupted_one(tmp_path, tiny_model_dir,
-                                                                               train_problems_file, runner):
+                                                                               train_problems_file, runner, dynamic):
     cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 2, "checkpoint_every": 0})
+    if dynamic:  # seed 3 starts step 2 with two never-solved problems: it needs a second round
+        cfg = tiny_run_config(tiny_model_dir, _with_never_solved(tmp_path, train_problems_file),
+                              train={"steps": 2, "checkpoint_every": 0, "seed": 3},
+                              sampling={"dynamic": True, "max_rounds": 3},
+                              reward={"weights": {"pass_rate": 0.5, "syntax": 0.0, "efficiency": 0.0,
+                                                  "conciseness": 0.5, "format": 0.0}})
     assert train(cfg, tmp_path / "straight", runner=runner, progress=False) == "succeeded"
 
     interrupted = tmp_path / "interrupted"
@@ -186,6 +205,13 @@ def test_sigterm_checkpoints_and_a_resumed_run_matches_an_uninterrupted_one(tmp_
     codes = lambda evs, s: [c["code"] for e in evs if e["event"] == "problem" and e["step"] == s  # noqa: E731
                             for c in e["candidates"]]
     assert codes(straight, 2) == codes(resumed[restart:], 2)
+    if dynamic:
+        for key in ("sampling/groups_sampled", "sampling/groups_kept", "sampling/rounds", "zero_variance_groups"):
+            assert a[key] == b[key], key
+        assert a["sampling/rounds"] >= 2 and a["sampling/groups_kept"] == 2
+        groups = lambda evs: [(e["problem_id"], e["round"], e["used"]) for e in evs  # noqa: E731
+                              if e["event"] == "problem" and e["step"] == 2]
+        assert groups(straight) == groups(resumed[restart:])
 
     from safetensors.torch import load_file
     wa = load_file(str(tmp_path / "straight" / "checkpoints" / "step-2" / "adapter_model.safetensors"))
@@ -230,6 +256,7 @@ def test_zero_variance_groups_are_counted_and_can_be_dropped(tmp_path, tiny_mode
     assert step["metrics"]["zero_variance_groups"] == 2 and step["metrics"]["grad_norm"] == 0.0
     problems = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "problem"]
     assert all(p["zero_variance"] for p in problems)
+    assert all(p["used"] is False and p["set_aside"] == "zero_variance" for p in problems)  # left out: marked
     after = _lora_state(trainer.policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
 

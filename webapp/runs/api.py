@@ -115,6 +115,30 @@ class ProblemOut(Schema):
     zero_variance_groups: int
 
 
+class MapProblemOut(Schema):
+    problem_id: str
+    history: list[tuple[int, float]] = Field(description="[[step, pass_rate], ...] at each step that sampled it")
+    zero_variance_steps: list[int] = Field(description="steps where every candidate got one reward")
+    set_aside_steps: list[int] = Field(description="steps whose group was left out of the update")
+    final_pass_rate: float = Field(description="pass rate the last time it was sampled")
+    first_solved_step: int | None = Field(description="first step where a candidate passed every test")
+    zero_variance_groups: int
+    status: Literal["became_solved", "never_solved", "solved_from_start"]
+
+
+class MapSummaryOut(Schema):
+    problems: int
+    became_solved: int
+    never_solved: int
+    solved_from_start: int
+
+
+class DifficultyMapOut(Schema):
+    steps: list[int] = Field(description="every step that sampled a train problem, ascending")
+    problems: list[MapProblemOut] = Field(description="train problems by id")
+    summary: MapSummaryOut
+
+
 class CandidateOut(Schema):
     phase: Literal["train", "eval"] = Field(description="train: sampled for RL step `step`; eval: a held-out "
                                                         "evaluation sample of the evaluation at `step` (0: before "
@@ -131,6 +155,10 @@ class CandidateOut(Schema):
                                                        "reward (in [-1, 0]); null when none applied")
     penalized_flags: list[str] = Field(description="the flags of reward.penalize_flags it carries (in any of "
                                                    "its executions): they set its total reward to 0")
+    used: bool = Field(True, description="its group was part of the step's update")
+    set_aside: str | None = Field(None, description="why its group was left out of the update: zero_variance "
+                                                    "(every candidate got one reward) or surplus (dynamic sampling "
+                                                    "already had problems_per_step informative groups)")
     result: dict[str, Any]
 
 
@@ -254,6 +282,12 @@ def get_metrics(request: HttpRequest, run_id: int):
 @router.get("/{int:run_id}/problems", response=list[ProblemOut], summary="Per-problem pass rates and history")
 def get_problems(request: HttpRequest, run_id: int):
     return queries.problems(_run(request, run_id))
+
+
+@router.get("/{int:run_id}/difficulty-map", response=DifficultyMapOut,
+            summary="Each train problem's group pass rate per step, with first solved step and status")
+def get_difficulty_map(request: HttpRequest, run_id: int):
+    return queries.difficulty_map(_run(request, run_id))
 
 
 @router.get("/{int:run_id}/problems/{path:problem_id}/candidates", response={200: list[CandidateOut], 400: Error},

@@ -184,6 +184,8 @@ class ProblemStat(models.Model):
     history = models.JSONField(default=list, help_text="[[step, pass_rate], ...] ordered by step")
     zero_variance_groups = models.IntegerField(default=0, help_text="steps whose candidates all got one reward")
     zero_variance_steps = models.JSONField(default=list)
+    set_aside_steps = models.JSONField(default=list, blank=True, help_text="steps whose group was sampled but "
+                                       "left out of the update (dynamic sampling, drop_zero_variance_groups)")
     last_step = models.IntegerField(default=0)
 
     class Meta:
@@ -217,6 +219,8 @@ class Candidate(models.Model):
                                          "penalty included in reward (in [-1, 0]); null when none applied")
     penalized_flags = models.JSONField(default=list, blank=True, help_text="the flags of reward.penalize_flags "
                                        "it carries (in any execution): they set its total reward to 0")
+    set_aside = models.CharField(max_length=20, blank=True, default="", help_text="why its group was left out "
+                                 "of the update (zero_variance, surplus); empty when the update used it")
 
     class Meta:
         ordering = ["step", "index"]

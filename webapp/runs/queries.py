@@ -106,6 +106,37 @@ def problems(run: Run) -> list[dict]:
             .values_list("problem_id", "split", "pass_rate", "history", "zero_variance_groups")]
 
 
+MAP_STATUSES = ("became_solved", "never_solved", "solved_from_start")
+
+
+def difficulty_map(run: Run) -> dict:
+    """Each train problem's group pass rate at every step that sampled it (the run page's problems x
+    steps heatmap), with what sorts and summarises it.
+
+    A problem counts as solved at a step when at least one of its candidates passed every test there
+    (pass rate > 0). ``status``: ``never_solved`` (no candidate passed at any step), ``became_solved``
+    (unsolved the first time it was sampled, solved later), ``solved_from_start``.
+    """
+    rows = (ProblemStat.objects.filter(run=run).exclude(split="heldout").order_by("problem_id")
+            .values_list("problem_id", "history", "zero_variance_steps", "set_aside_steps"))
+    steps: set[int] = set()
+    problems = []
+    for problem_id, history, zero_variance, set_aside in rows:
+        history = [[int(s), float(r)] for s, r in history]
+        if not history:
+            continue
+        steps.update(s for s, _ in history)
+        first_solved = next((s for s, r in history if r > 0), None)
+        status = ("never_solved" if first_solved is None
+                  else "solved_from_start" if first_solved == history[0][0] else "became_solved")
+        problems.append({"problem_id": problem_id, "history": history, "zero_variance_steps": zero_variance,
+                         "set_aside_steps": set_aside, "final_pass_rate": history[-1][1],
+                         "first_solved_step": first_solved, "zero_variance_groups": len(zero_variance),
+                         "status": status})
+    summary = {"problems": len(problems)} | {s: sum(p["status"] == s for p in problems) for s in MAP_STATUSES}
+    return {"steps": sorted(steps), "problems": problems, "summary": summary}
+
+
 def complete_tests(result: dict) -> list[dict]:
     """The result's tests, plus ``passed: false`` entries for tests counted in tests_total that never ran."""
     tests = [t for t in (result.get("tests") or []) if isinstance(t, dict)]
@@ -143,7 +174,8 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
                     "rewards": c.rewards, "passed": c.passed,
                     "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
                     "truncated": c.truncated, "overlong_penalty": c.overlong_penalty,
-                    "penalized_flags": c.penalized_flags, "result": result})
+                    "penalized_flags": c.penalized_flags, "used": not c.set_aside,
+                    "set_aside": c.set_aside or None, "result": result})
     return out
 
 

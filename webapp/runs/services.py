@@ -324,9 +324,11 @@ def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> 
 def _apply_problem(run: Run, step: int, event: dict) -> None:
     problem_id = str(event["problem_id"])
     candidates = event.get("candidates") if isinstance(event.get("candidates"), list) else []
+    # Left out of the update (dynamic sampling, ppo.drop_zero_variance_groups): the event says why.
+    set_aside = "" if event.get("used", True) is not False else str(event.get("set_aside") or "unused")[:20]
     # A resumed run repeats the steps after its last checkpoint: the newer record replaces the older.
     Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step=step, problem_id=problem_id).delete()
-    rows = _candidate_rows(run, step, problem_id, candidates, Candidate.Phase.TRAIN)
+    rows = _candidate_rows(run, step, problem_id, candidates, Candidate.Phase.TRAIN, set_aside=set_aside)
     Candidate.objects.bulk_create(rows)
     rewards = [c.reward for c in rows if c.reward is not None]
     zero_variance = event.get("zero_variance")
@@ -341,12 +343,15 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
     history.sort(key=lambda h: h[0])
     zv = [s for s in stat.zero_variance_steps if s != step] + ([step] if zero_variance else [])
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
+    stat.set_aside_steps = sorted([s for s in stat.set_aside_steps if s != step] + ([step] if set_aside else []))
     stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
     stat.save()
 
 
-def _candidate_rows(run: Run, step: int, problem_id: str, candidates: list, phase: str) -> list[Candidate]:
-    """Rows for an event's candidates (``{code, reward, rewards, result, truncated, ...}`` each)."""
+def _candidate_rows(run: Run, step: int, problem_id: str, candidates: list, phase: str, *,
+                    set_aside: str = "") -> list[Candidate]:
+    """Rows for an event's candidates (``{code, reward, rewards, result, truncated, ...}`` each);
+    ``set_aside``: why the group was left out of the update ("" when it was used)."""
     rows = []
     for index, c in enumerate(candidates):
         if not isinstance(c, dict):
@@ -359,7 +364,7 @@ def _candidate_rows(run: Run, step: int, problem_id: str, candidates: list, phas
                               result=result, passed=status == "passed",
                               status=status[:20], truncated=c.get("truncated") is True,
                               overlong_penalty=_number(c.get("overlong_penalty")),
-                              penalized_flags=_names(c.get("penalized_flags"))))
+                              penalized_flags=_names(c.get("penalized_flags")), set_aside=set_aside))
     return rows
 
 

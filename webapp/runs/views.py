@@ -237,7 +237,8 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
         ("training", f"LoRA r {lora['r']}, alpha {lora['alpha']}" if lora else "full fine-tune"),
         ("batch", f"{s['problems_per_step']} problems × {s['candidates_per_problem']} candidates, "
                   f"≤ {s['max_new_tokens']} new tokens, T {s['temperature']}"
-                  + (", thinking on" if s.get("thinking") else "")),
+                  + (", thinking on" if s.get("thinking") else "")
+                  + (f", dynamic sampling (≤ {s.get('max_rounds', 3)} rounds)" if s.get("dynamic") else "")),
         ("PPO", f"{p['advantage']}, lr {p['learning_rate']:g}, KL {p['kl_coef']:g} ({p['kl_estimator']}), "
                 f"clip {p['clip_range']:g}" + (f", TIS cap {p['tis_cap']:g}" if p.get("tis_cap") is not None else "")),
         ("reward weights", ", ".join(f"{k} {v:g}" for k, v in config["reward"]["weights"].items())),
@@ -248,6 +249,13 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
     rows.append(("schedule", f"{t['steps']} steps, eval every {t['eval_every']}, "
                              f"checkpoint every {t['checkpoint_every']}"))
     return rows
+
+
+SET_ASIDE_TEXT = {
+    "zero_variance": "zero variance: every candidate of its group got one reward, so it carried no learning signal",
+    "surplus": "surplus: dynamic sampling already had problems_per_step informative groups this step",
+}
+"""Why a candidate's group was left out of the update (the problem event's ``set_aside``)."""
 
 
 @require_GET
@@ -275,6 +283,8 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
         c["badges"] = integrity.badges(integrity.names_of(c["result"].get("flags")), c["penalized_flags"])
+        c["set_aside_text"] = SET_ASIDE_TEXT.get(c["set_aside"], c["set_aside"] or "")
+        c["set_aside_label"] = (c["set_aside"] or "").replace("_", " ")
     heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
     evaluations = [(s, round(100 * rate)) for s, rate in heldout.history] if heldout else []
     flag_filters = [{"name": name, "meaning": FLAGS[name], "count": flag_counts.get(name, 0)}
