@@ -143,6 +143,24 @@ def check_adapter_paths(adapters: tuple[str, ...]) -> None:
             raise UsageError(f"model.adapters: no adapter_config.json in {adapter} (expected a PEFT adapter directory)")
 
 
+def _config_from_args(args: argparse.Namespace) -> Any:
+    """The run config of ``--config`` (optional) with ``--set`` overrides, for commands that sample."""
+    from training.config import apply_overrides, config_from_dict, load_config
+
+    return load_config(args.config, args.overrides) if args.config else config_from_dict(
+        apply_overrides({}, args.overrides))
+
+
+def _problems_of_split(args: argparse.Namespace) -> list[Any]:
+    """The problems of ``--problems`` in ``--split`` (train | heldout | all); none is a usage error."""
+    problems = load_problems_or_fail(args.problems)
+    if args.split != "all":
+        problems = [p for p in problems if p.split == args.split]
+    if not problems:
+        raise UsageError(f"--split {args.split}: {args.problems} has no problems in that split")
+    return problems
+
+
 def load_problems_or_fail(path: str | Path) -> list[Any]:
     from training.tiny_model import load_problem_file
 
@@ -221,21 +239,14 @@ def _parse_ks(text: str | None, samples: int) -> list[int] | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from training.config import config_from_dict, apply_overrides, load_config
-
     if args.samples < 1:
         raise UsageError(f"--samples must be >= 1, got {args.samples}")
     ks = _parse_ks(args.k, args.samples)
-    cfg = load_config(args.config, args.overrides) if args.config else config_from_dict(
-        apply_overrides({}, args.overrides))
+    cfg = _config_from_args(args)
     check_model_path(args.model)
     if args.adapter and not Path(args.adapter).is_dir():
         raise UsageError(f"--adapter: adapter directory not found: {args.adapter}")
-    problems = load_problems_or_fail(args.problems)
-    if args.split != "all":
-        problems = [p for p in problems if p.split == args.split]
-    if not problems:
-        raise UsageError(f"--split {args.split}: {args.problems} has no problems in that split")
+    problems = _problems_of_split(args)
     _set_threads(args.threads)
 
     from sandbox import Runner
@@ -256,22 +267,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     import time
 
-    from training.config import ModelConfig, apply_overrides, config_from_dict, load_config
+    from training.config import ModelConfig
     from training.difficulty import summarize
 
     if args.samples < 1:
         raise UsageError(f"--samples must be >= 1, got {args.samples}")
-    cfg = load_config(args.config, args.overrides) if args.config else config_from_dict(
-        apply_overrides({}, args.overrides))
+    cfg = _config_from_args(args)
     check_model_path(args.model)
     for adapter in args.adapters:
         if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
             raise UsageError(f"--adapter {adapter}: no adapter_config.json there (expected a PEFT adapter directory)")
-    problems = load_problems_or_fail(args.problems)
-    if args.split != "all":
-        problems = [p for p in problems if p.split == args.split]
-    if not problems:
-        raise UsageError(f"--split {args.split}: {args.problems} has no problems in that split")
+    problems = _problems_of_split(args)
     out = None
     if args.out is not None:
         if args.out.is_dir():

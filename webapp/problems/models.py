@@ -151,6 +151,9 @@ class Probe(models.Model):
     task_id = models.CharField(max_length=64, blank=True)
     worker_host = models.CharField(max_length=255, blank=True)
     worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True,
+                                     help_text="Last sign of life of the worker running it (another host's worker is "
+                                               "judged by this).")
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

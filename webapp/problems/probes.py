@@ -37,6 +37,8 @@ log = logging.getLogger("crucible.problems")
 
 POLL_S = 0.2
 """How often the supervisor looks at the child and its output."""
+HEARTBEAT_S = 10.0
+"""How often a running probe's supervisor records that it is alive (``Probe.heartbeat``)."""
 PROBE_REFERENCE = re.compile(r"probe:([1-9][0-9]{0,17})")
 DEFAULT_SAMPLES = 8
 STDERR_TAIL_LINES = 20
@@ -126,6 +128,8 @@ def request_probe(problem_set: ProblemSet, user, model: str, adapter: str | None
         if locked.import_status != ProblemSet.Import.DONE:
             raise ProbeConflict(f"problem set {locked.pk} has no problems to probe yet (import {locked.import_status})")
         busy = locked.probes.filter(status__in=(Probe.Status.PENDING, Probe.Status.RUNNING)).first()
+        if busy is not None and busy.status == Probe.Status.RUNNING and not worker_alive(busy):
+            busy = None if fail_lost_probe(busy) else busy  # its worker died: it never ends by itself
         if busy is not None:
             raise ProbeConflict(f"a difficulty probe of this set is already {busy.status} (probe {busy.pk}); "
                                 "wait until it has finished")
@@ -154,16 +158,11 @@ def publish_probe(probe_id: int) -> bool:
 
 def republish_pending_probes() -> list[int]:
     """Publish again each pending probe whose task the broker does not hold (as for validations)."""
-    from webapp.core.broker import held_task_ids
+    from .services import republish_lost
 
-    pending = list(Probe.objects.filter(status=Probe.Status.PENDING).values_list("pk", flat=True))
-    if not pending:
-        return []
-    held = held_task_ids("gpu")
-    published = [pk for pk in pending if task_id(pk) not in held and publish_probe(pk)]
-    if published:
-        log.warning("published the probe again for probes %s (the broker held no task for them)", published)
-    return published
+    pending = Probe.objects.filter(status=Probe.Status.PENDING).values_list("pk", flat=True)
+    return republish_lost("gpu", [(pk, task_id(pk), lambda pk=pk: publish_probe(pk)) for pk in pending],
+                          "the probe again for probes")
 
 
 # ---- the job ----------------------------------------------------------------------------------------
@@ -196,7 +195,9 @@ def run_probe(probe_id: int) -> Probe | None:
             return probe  # a second copy of the task while the first still works
         probe.status, probe.started, probe.finished = Probe.Status.RUNNING, timezone.now(), None
         probe.worker_host, probe.worker_pid, probe.done, probe.error = host, pid, 0, ""
-        probe.save(update_fields=["status", "started", "finished", "worker_host", "worker_pid", "done", "error"])
+        probe.heartbeat = timezone.now()
+        probe.save(update_fields=["status", "started", "finished", "worker_host", "worker_pid", "done", "error",
+                                  "heartbeat"])
     notify_probe(probe)
     try:
         return _supervise(probe)
@@ -206,6 +207,37 @@ def run_probe(probe_id: int) -> Probe | None:
     except Exception as exc:  # the worker lives on; the page says what went wrong
         log.exception("probe %s failed", probe.pk)
         return _finish(probe, error=f"{type(exc).__name__}: {exc}")
+
+
+def worker_alive(probe: Probe) -> bool:
+    """Whether the worker running ``probe`` may still be at work (same host: its pid; elsewhere: its
+    heartbeat, as for runs)."""
+    from webapp.runs.supervisor import STALE_AFTER, pid_alive
+
+    if probe.worker_host == socket.gethostname():
+        return pid_alive(probe.worker_pid)
+    return probe.heartbeat is not None and timezone.now() - probe.heartbeat < STALE_AFTER
+
+
+def fail_lost_probe(probe: Probe) -> bool:
+    """Fail running ``probe`` whose worker died (killed, host lost) -> whether this call failed it. Without
+    this a lost probe stays `running`, and its set refuses every new probe."""
+    where = f"{probe.worker_host}:{probe.worker_pid}" if probe.worker_host else "unknown worker"
+    failed = Probe.objects.filter(pk=probe.pk, status=Probe.Status.RUNNING, worker_host=probe.worker_host,
+                                  worker_pid=probe.worker_pid).update(
+        status=Probe.Status.FAILED, finished=timezone.now(),
+        error=f"the worker running this probe ({where}) died before it finished; estimate again")
+    if failed:
+        probe.refresh_from_db()
+        notify_probe(probe)
+        log.warning("probe %s of problem set %s lost its worker (%s)", probe.pk, probe.problem_set_id, where)
+    return bool(failed)
+
+
+def fail_lost_probes() -> list[int]:
+    """Fail every running probe whose worker died (beat, with the republishing) -> their ids."""
+    return [probe.pk for probe in Probe.objects.filter(status=Probe.Status.RUNNING)
+            if not worker_alive(probe) and fail_lost_probe(probe)]
 
 
 def _supervise(probe: Probe) -> Probe | None:
@@ -233,10 +265,13 @@ def _supervise(probe: Probe) -> Probe | None:
         proc = subprocess.Popen(command, cwd=directory, env=trainer_env(), stdin=subprocess.DEVNULL, stdout=stdout,
                                 stderr=stderr, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     follower = EventFollower(out)
-    done = 0
+    done, beat = 0, time.monotonic()
     try:
         while True:
             rc = proc.poll()
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                beat = time.monotonic()
+                Probe.objects.filter(pk=probe.pk).update(heartbeat=timezone.now())
             lines = follower.read()
             counted = sum(1 for _, line, _ in lines if "problem_id" in line)
             if counted:

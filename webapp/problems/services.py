@@ -358,15 +358,23 @@ def notify_import(ps: ProblemSet) -> None:
 def republish_pending_imports() -> list[int]:
     """Publish again the import of every `importing` set whose task the broker does not hold (like
     ``republish_pending_validations``); a second copy of a task finds the import done and stops."""
+    importing = ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING).values_list("pk", flat=True)
+    return republish_lost("sandbox", [(pk, import_task_id(pk), lambda pk=pk: publish_import(pk)) for pk in importing],
+                          "the import again for problem sets")
+
+
+def republish_lost(queue: str, jobs: list, what: str) -> list[int]:
+    """Publish again each job of ``jobs`` (``(id, task_id, publish)``) whose task the broker's ``queue``
+    does not hold -> the ids published (``publish()`` says whether it got through). Raises
+    ``BrokerUnavailable`` while the broker is down."""
     from webapp.core.broker import held_task_ids
 
-    importing = list(ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING).values_list("pk", flat=True))
-    if not importing:
+    if not jobs:
         return []
-    held = held_task_ids("sandbox")
-    published = [pk for pk in importing if import_task_id(pk) not in held and publish_import(pk)]
+    held = held_task_ids(queue)
+    published = [pk for pk, task, publish in jobs if task not in held and publish()]
     if published:
-        log.warning("published the import again for problem sets %s (the broker held no task for them)", published)
+        log.warning("published %s %s (the broker held no task for them)", what, published)
     return published
 
 
@@ -418,20 +426,12 @@ def republish_pending_validations() -> list[int]:
     that failed while Redis was down, or a message lost with it). Returns the set ids published; raises
     ``BrokerUnavailable`` while the broker is down. A task published twice is harmless: the second copy
     finds the set's generation validated (or under way) and does nothing new."""
-    from webapp.core.broker import held_task_ids
-
-    pending = list(ProblemSet.objects.filter(validation_status=ProblemSet.Validation.PENDING,
-                                             import_status=ProblemSet.Import.DONE)
-                   .values_list("pk", "validation_generation"))
-    if not pending:
-        return []
-    held = held_task_ids("sandbox")
-    published = [pk for pk, generation in pending
-                 if validation_task_id(pk, generation) not in held and publish_validation(pk, generation)]
-    if published:
-        log.warning("published the validation again for problem sets %s (the broker held no task for them)",
-                    published)
-    return published
+    pending = (ProblemSet.objects.filter(validation_status=ProblemSet.Validation.PENDING,
+                                         import_status=ProblemSet.Import.DONE)
+               .values_list("pk", "validation_generation"))
+    return republish_lost("sandbox", [(pk, validation_task_id(pk, generation),
+                                       lambda pk=pk, generation=generation: publish_validation(pk, generation))
+                                      for pk, generation in pending], "the validation again for problem sets")
 
 
 @dataclass

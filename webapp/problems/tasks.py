@@ -33,8 +33,10 @@ def probe(probe_id: int) -> str | None:
 
 @app.task(name="problems.republish_pending_validations", ignore_result=True)
 def republish_pending_validations() -> list[int]:
-    """Publish the imports, validations and probes the broker holds no task for (beat)."""
-    from .probes import republish_pending_probes
+    """Fail the probes whose worker died; publish the imports, validations and probes the broker holds
+    no task for (beat)."""
+    from .probes import fail_lost_probes, republish_pending_probes
     from .services import republish_pending_imports, republish_pending_validations as republish
 
+    fail_lost_probes()  # else a probe whose worker died stays `running` and blocks the set's next one
     return republish_pending_imports() + republish() + republish_pending_probes()

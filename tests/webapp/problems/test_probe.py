@@ -80,6 +80,51 @@ def test_post_probe_queues_a_gpu_job_and_the_set_shows_it(client_alice, make_set
     assert r.status_code == 409 and "already pending" in r.json()["detail"]
 
 
+def dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid  # reaped: no process has it (until the kernel reuses it, far later)
+
+
+def test_a_probe_whose_worker_died_is_failed_and_no_longer_blocks_the_set(client_alice, make_set, user, stub_dirs,
+                                                                          monkeypatch):
+    import socket
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.problems.tasks import republish_pending_validations
+
+    monkeypatch.setattr(probes, "publish_probe", lambda pk: True)
+    ps = make_set(GOOD, ECHO)
+    now = timezone.now()
+    lost = Probe.objects.create(problem_set=ps, requested_by=user, model="models/tiny", samples=4, status="running",
+                                worker_host=socket.gethostname(), worker_pid=dead_pid(), heartbeat=now)
+    elsewhere = dict(problem_set=ps, requested_by=user, model="models/tiny", samples=4, status="running",
+                     worker_host="gpu-host-2", worker_pid=1234)
+    alive = Probe.objects.create(**elsewhere, heartbeat=now)
+    stale = Probe.objects.create(**elsewhere, heartbeat=now - timedelta(minutes=10))
+    assert not probes.worker_alive(lost) and probes.worker_alive(alive) and not probes.worker_alive(stale)
+
+    republish_pending_validations()  # the beat task
+    for probe in (lost, stale):
+        probe.refresh_from_db()
+        assert probe.status == "failed" and "died before it finished" in probe.error and probe.finished
+    alive.refresh_from_db()
+    assert alive.status == "running"  # another host's worker that still beats is left alone
+    assert post_probe(client_alice, ps).status_code == 409
+
+    alive.heartbeat = now - timedelta(minutes=10)
+    alive.save()
+    r = post_probe(client_alice, ps)  # no beat needed: the request itself settles the lost probe
+    assert r.status_code == 202, r.content
+    alive.refresh_from_db()
+    assert alive.status == "failed"
+
+
 @pytest.mark.django_db
 def test_the_set_reports_a_finished_probes_pass_rates(client_alice, make_set, user, stub_dirs):
     ps = make_set(GOOD, ECHO)
