@@ -2,7 +2,7 @@
 
     python benchmarks/train_step_bench.py [--arch qwen3|qwen3_5] [--steps 3] [--warmup 1] [--rounds 1]
                                           [--threads 1] [--defaults] [--model DIR] [--stop-strings]
-                                          [--no-trl] [--no-write]
+                                          [--no-trl] [--trl-ftz] [--no-write]
 
 Work per step, identical on both sides: 16 train problems of data/demo x 8 candidates, at most 128
 new tokens, temperature 1.0, top_k 0, top_p 1.0; LoRA r=8 alpha=16 on all linear layers; KL to the
@@ -31,6 +31,11 @@ on CPU); the RESULTS.md section names the architecture and the thread counts.
 TRL cannot stop on strings (it does not pass a tokenizer to ``generate``), so by default our side also
 runs without stop strings and both stop only at EOS or 128 tokens; ``--stop-strings`` adds a row with
 our default completion stop strings (less work: that is a product difference, not a like-for-like one).
+Denormals: our trainer flushes float32 denormals to zero on the CPU when it loads the policy
+(``training.runtime.cpu_float_mode``; Qwen3.5's gated delta rule decays into them), TRL does not.
+``--trl-ftz`` adds a row, for reference, with TRL run after the same call in its process, so the
+table shows how much of the difference is that setting.
+
 The model is the tiny model without warm start (random weights), so nearly every completion runs to
 the token limit: the step does the full 16 x 8 x 128 work. Each side runs in its own process; with
 ``--rounds 2`` they alternate twice and the median of all timed steps is reported (the machine is
@@ -152,7 +157,11 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
 
 # -------------------------------------------------------------------------------------------- TRL
 
-def run_trl(model: str, problems: str, steps: int, threads: int | None) -> dict:
+def run_trl(model: str, problems: str, steps: int, threads: int | None, flush_denormal: bool = False) -> dict:
+    if flush_denormal:  # first, before torch starts its threads (see training.runtime.cpu_float_mode)
+        from training.runtime import cpu_float_mode
+
+        cpu_float_mode()
     import torch
     import trl
     from datasets import Dataset
@@ -223,7 +232,8 @@ def run_trl(model: str, problems: str, steps: int, threads: int | None) -> dict:
     n = PROBLEMS_PER_STEP * CANDIDATES
     for t, log in zip(timings, collected):
         t["tokens"] = round(log["completions/mean_length"] * n)
-    return {"side": "trl", "threads": label, "steps": timings, "trl_version": trl.__version__}
+    return {"side": "trl-ftz" if flush_denormal else "trl", "threads": label, "steps": timings,
+            "trl_version": trl.__version__}
 
 
 # ------------------------------------------------------------------------------------ orchestration
@@ -276,7 +286,7 @@ def markdown(summary: dict[tuple[str, str], dict], args: argparse.Namespace, loa
         "",
         f"`python benchmarks/train_step_bench.py --arch {args.arch} --steps {args.steps} --warmup {args.warmup} "
         f"--rounds {args.rounds} --threads {args.threads}{' --defaults' if args.defaults else ''}"
-        f"{' --stop-strings' if args.stop_strings else ''}` on {platform.machine()} with {os.cpu_count()} CPUs "
+        f"{' --stop-strings' if args.stop_strings else ''}{' --trl-ftz' if args.trl_ftz else ''}` on {platform.machine()} with {os.cpu_count()} CPUs "
         f"(shared; load average {load[0]:.1f} before, {load[1]:.1f} after), {time.strftime('%Y-%m-%d %H:%M')}.",
         "",
         f"One step = {PROBLEMS_PER_STEP} problems x {CANDIDATES} candidates x ≤{MAX_NEW_TOKENS} new tokens, "
@@ -292,11 +302,12 @@ def markdown(summary: dict[tuple[str, str], dict], args: argparse.Namespace, loa
     trl_version = next((s.get("version", "") for (_, side), s in summary.items() if side == "trl"), "")
     names = {"ours": "Crucible `train()` step, no stop strings (like-for-like)",
              "ours-stop": "Crucible `train()` step, default stop strings",
-             "trl": f"TRL {trl_version} GRPOTrainer (grad. checkpointing off)"}
+             "trl": f"TRL {trl_version} GRPOTrainer (grad. checkpointing off)",
+             "trl-ftz": f"TRL {trl_version} GRPOTrainer, denormals flushed as ours (reference)"}
     verdicts = []
     for mode in ("same", "defaults"):
         trl_row = summary.get((mode, "trl"))
-        for side in ("ours", "ours-stop", "trl"):
+        for side in ("ours", "ours-stop", "trl", "trl-ftz"):
             s = summary.get((mode, side))
             if not s:
                 continue
@@ -312,6 +323,10 @@ def markdown(summary: dict[tuple[str, str], dict], args: argparse.Namespace, loa
                 else "no target (each tool's own thread defaults)"
             verdicts.append(f"- {mode} threads: ours/TRL **{r:.2f}** wall-clock, {rc:.2f} main-process CPU time; "
                             f"{target}.")
+            ftz = summary.get((mode, "trl-ftz"))
+            if ftz:
+                verdicts.append(f"- {mode} threads: ours/TRL with denormals flushed as ours {ours['wall_s'] / ftz['wall_s']:.2f} "
+                                "wall-clock (that setting's share of the difference).")
     if verdicts:
         lines += [""] + verdicts
     lines += ["", "Our phases overlap (the reference log-probs run while the sandbox executes), so they do not add up "
@@ -333,8 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, default=None, help="model directory (default: build the tiny model)")
     ap.add_argument("--stop-strings", action="store_true", help="also time our step with default stop strings")
     ap.add_argument("--no-trl", action="store_true", help="time only our step")
+    ap.add_argument("--trl-ftz", action="store_true",
+                    help="also time TRL with float32 denormals flushed, as our trainer runs (reference row)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    ap.add_argument("--side", choices=("ours", "ours-stop", "trl"), help=argparse.SUPPRESS)
+    ap.add_argument("--side", choices=("ours", "ours-stop", "trl", "trl-ftz"), help=argparse.SUPPRESS)
     ap.add_argument("--problems", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--default-threads", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--total-steps", type=int, help=argparse.SUPPRESS)
@@ -343,8 +360,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.side:  # child process: one side, results as JSON
         threads = None if args.default_threads else args.threads
-        if args.side == "trl":
-            result = run_trl(str(args.model), str(args.problems), args.total_steps, threads)
+        if args.side in ("trl", "trl-ftz"):
+            result = run_trl(str(args.model), str(args.problems), args.total_steps, threads,
+                             flush_denormal=args.side == "trl-ftz")
         else:
             result = run_ours(str(args.model), str(args.problems), args.total_steps, threads,
                               stop_strings=args.side == "ours-stop")
@@ -361,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp_path = Path(tmp)
         model = args.model or build_model(tmp_path / "tiny", args.arch)
         problems = write_problem_file(tmp_path / "problems.jsonl")
-        sides = ["ours"] + (["ours-stop"] if args.stop_strings else []) + ([] if args.no_trl else ["trl"])
+        sides = (["ours"] + (["ours-stop"] if args.stop_strings else []) + ([] if args.no_trl else ["trl"])
+                 + (["trl-ftz"] if args.trl_ftz and not args.no_trl else []))
         modes = [args.threads] + ([None] if args.defaults else [])
         runs = []
         for _ in range(args.rounds):
@@ -370,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(_child(side, model, problems, args.warmup + args.steps, threads))
     summary = summarize(runs, args.warmup)
     for run in runs:
-        if run["side"] == "trl":
-            summary[(run["mode"], "trl")]["version"] = run.get("trl_version", "")
+        if run["side"] in ("trl", "trl-ftz"):
+            summary[(run["mode"], run["side"])]["version"] = run.get("trl_version", "")
     text = markdown(summary, args, (load0, os.getloadavg()[0]))
     print(text)
     print(json.dumps({"summary": {f"{m}/{side}": {kk: vv for kk, vv in v.items() if kk != "steps"}
