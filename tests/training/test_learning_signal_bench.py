@@ -1,0 +1,66 @@
+"""benchmarks/learning_signal_bench.py's accounting and table, from canned run results (no training)."""
+
+from benchmarks import learning_signal_bench as bench
+
+
+def _step(step_s, *, candidates=128, zero_var=2, rollout_s=1.0, tokens=5000, kept=None, rounds=None):
+    m = {"time/step_s": step_s, "time/rollout_s": rollout_s, "tokens_per_s": tokens / rollout_s,
+         "candidates": candidates, "zero_variance_groups": zero_var}
+    if kept is not None:
+        m |= {"sampling/groups_kept": kept, "sampling/rounds": rounds, "sampling/groups_sampled": candidates // 16}
+    return m
+
+
+def _result(steps, evals, dropped=None):
+    return {"step_metrics": steps, "evals": [{"step": s, "pass@1": v} for s, v in evals], "wall_s": 99.0,
+            "before": evals[0][1], "after": evals[-1][1], "dropped": dropped}
+
+
+def test_the_plain_loop_counts_groups_less_zero_variance_ones_and_its_own_seconds():
+    result = _result([_step(2.0, zero_var=3), _step(3.0, zero_var=1)], [(0, 0.3), (1, 0.4), (2, 0.5)])
+    x = bench.summarize_arm(result, candidates_per_problem=16, repeats=2, dynamic=False, probe=None)
+    assert x["points"] == [(0.0, 0.3), (2.0, 0.4), (5.0, 0.5)]
+    assert x["train_s"] == 5.0 and x["probe_s"] == 0.0
+    assert (x["sampled_groups"], x["informative"], x["zero_variance"]) == (16, 12, 4)
+    assert x["executions"] == 2 * 128 * 2 and x["tokens"] == 10000
+
+
+def test_a_probed_dynamic_arm_is_charged_the_probe_and_counts_kept_groups():
+    probe = {"wall_s": 10.0, "executions": 800}
+    steps = [_step(4.0, candidates=192, zero_var=5, kept=7, rounds=2), _step(3.0, candidates=128, zero_var=0,
+                                                                          kept=8, rounds=1)]
+    result = _result(steps, [(0, 0.3), (2, 0.6)], dropped={"unsolved": 3, "solved": 2})
+    x = bench.summarize_arm(result, candidates_per_problem=16, repeats=1, dynamic=True, probe=probe)
+    assert x["points"] == [(10.0, 0.3), (17.0, 0.6)]
+    assert (x["loop_s"], x["probe_s"], x["train_s"]) == (7.0, 10.0, 17.0)
+    assert (x["sampled_groups"], x["informative"], x["rounds_mean"]) == (20, 15, 1.5)
+    assert x["probe_executions"] == 800 and x["executions"] == 320
+
+
+def test_the_budget_takes_the_last_evaluation_at_or_before_it():
+    points = [(0.0, 0.3), (10.0, 0.4), (20.0, 0.5)]
+    assert bench.pass_at_budget(points, 19.9) == (10.0, 0.4)
+    assert bench.pass_at_budget(points, 20.0) == (20.0, 0.5)
+    assert bench.pass_at_budget([(12.0, 0.3)], 10.0) is None
+    assert bench.first_reaching(points, 0.45) == 20.0 and bench.first_reaching(points, 0.6) is None
+
+
+def test_the_tables_render_every_arm_with_its_budget_and_reach():
+    probe = {"wall_s": 10.0, "sampling_s": 8.0, "samples": 8, "executions": 1256,
+             "summary": {"problems": 157, "unsolved": 20, "solved": 30, "mean_pass_rate": 0.45}}
+    a = bench.summarize_arm(_result([_step(2.0), _step(2.0)], [(0, 0.3), (2, 0.5)]),
+                            candidates_per_problem=16, repeats=1, dynamic=False, probe=None)
+    d = bench.summarize_arm(_result([_step(5.0, kept=8, rounds=2), _step(5.0, kept=8, rounds=2)],
+                                    [(0, 0.3), (1, 0.35), (2, 0.45)], dropped={"unsolved": 20, "solved": 30}),
+                            candidates_per_problem=16, repeats=1, dynamic=True, probe=probe)
+    cfg = bench.demo_config("/m", "p.jsonl", ["train.steps=2", "train.eval_every=1"])
+    text = bench.markdown({"a": a, "d": d}, cfg=cfg, build={"architecture": "Qwen3ForCausalLM", "parameters": 1000},
+                          probe=probe, threads=1, load=(0.5, 0.7), command="python benchmarks/learning_signal_bench.py",
+                          machine="x86_64 with 2 CPUs", train_problems=157)
+    assert "Budget T = (a)'s total training time, 4 s" in text
+    assert "| (a) today's loop | 2 | 4 | 0.300 → 0.500 | +20.0 | 0.500 (4 s) | 4 s |" in text
+    # (d) starts after the 10 s probe, past T: no evaluation within the budget, and it never reaches 0.5.
+    assert "| (d) probe filter + dynamic sampling | 2 | 20 (10 probe) | 0.300 → 0.450 | +15.0 | " \
+           "— (no evaluation by T) | not reached |" in text
+    assert "the filter left 107 of 157 train problems (dropped 20 unsolved, 30 solved)" in text
+    assert "| (d) probe filter + dynamic sampling | 16 | 16 (100%) | 2.00 | 10,000 | 1,512 | 1.25 | 625 | 94 |" in text
