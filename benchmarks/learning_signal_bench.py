@@ -1,12 +1,13 @@
 """Learning signal (issue #11, "Measure"): does filtering by a difficulty probe, or dynamic sampling,
 buy held-out pass@1 faster than today's loop at equal wall-clock?
 
-    python benchmarks/learning_signal_bench.py [--arch qwen3|qwen3_5] [--model DIR] [--steps 50]
-        [--eval-every 10] [--probe-samples 8] [--max-rounds 3] [--threads 1] [--arms a,b,c,d] [--no-write]
+    python benchmarks/learning_signal_bench.py [--arch qwen3|qwen3_5] [--model DIR] [--steps 100]
+        [--eval-every 10] [--probe-samples 8] [--max-rounds 3] [--threads 1] [--arms a,b,c,d]
+        [--seeds 0,1] [--json-out F] [--no-write]
 
 On the demo set and the warm-started tiny model (built as ``benchmarks/learning_demo.py`` builds it,
 unless ``--model`` names one), four arms of the CPU demo config (learning_demo.DEMO_CONFIG), each in
-its own process (learning_demo's ``_child``), same seed, same steps:
+its own process (learning_demo's ``_child``), same steps, once per ``--seeds`` value:
 
 (a) today's loop;
 (b) the train split filtered by a difficulty probe of the warm-started model
@@ -138,14 +139,19 @@ def _per(x: float, n: int, fmt: str) -> str:
     return format(x / n, fmt) if n else "—"
 
 
-def markdown(summaries: dict[str, dict], *, cfg: dict, build: dict, probe: dict | None, threads: int,
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def markdown(runs: list[dict], *, cfg: dict, build: dict, probe: dict | None, threads: int,
              load: tuple[float, float], command: str, machine: str, train_problems: int) -> str:
+    """RESULTS.md's section from ``summarize_arm`` results, each with its ``arm`` and ``seed`` added."""
     s, tr = cfg["sampling"], cfg["train"]
     k = s["candidates_per_problem"]
     arch = build.get("architecture", "Qwen3ForCausalLM")
-    base = summaries.get("a")
-    budget = base["train_s"] if base else None
-    target = base["after"] if base else None
+    arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
+    seeds = sorted({r["seed"] for r in runs})
+    base = {r["seed"]: r for r in runs if r["arm"] == "a"}  # per seed: the budget and the target
     lines = [
         f"## Learning signal: probe filter and dynamic sampling vs today's loop, {ARCH_NAMES.get(arch, arch)}",
         "",
@@ -154,69 +160,92 @@ def markdown(summaries: dict[str, dict], *, cfg: dict, build: dict, probe: dict 
         f"`{arch}` ({build.get('parameters', '?'):,} parameters) warm-started on the demo set's train split"
         f"{warm_start(build)}. Every arm: the CPU demo config (learning_demo.py) for {tr['steps']} steps × "
         f"{s['problems_per_step']} problems × {k} candidates, max_new_tokens {s['max_new_tokens']}, temperature "
-        f"{s['temperature']}, top_k {s['top_k']}, seed {tr['seed']}, each arm in its own process; held-out pass@1 "
-        f"(unbiased, {tr['eval_samples']} samples per held-out problem) every {tr['eval_every']} steps "
-        f"(`train.eval_every`; evaluation time is not counted).",
+        f"{s['temperature']}, top_k {s['top_k']}, train.seed {', '.join(map(str, seeds))}, each run in its own "
+        f"process; held-out pass@1 (unbiased, {tr['eval_samples']} samples per held-out problem) every "
+        f"{tr['eval_every']} steps (`train.eval_every`; evaluation time is not counted).",
         "",
     ]
     if probe:
         ps = probe["summary"]
-        dropped = next((x["dropped"] for x in summaries.values() if x.get("dropped")), None)
+        dropped = next((r["dropped"] for r in runs if r.get("dropped")), None)
         lines += [
-            f"Probe: `python -m training probe --split train --samples {probe['samples']}` of the warm-started model "
-            f"over the {ps['problems']} train problems: {ps['unsolved']} unsolved (0/{probe['samples']}), "
-            f"{ps['solved']} solved ({probe['samples']}/{probe['samples']}), mean pass rate {ps['mean_pass_rate']:.2f}; "
-            f"{probe['wall_s']:.0f} s wall-clock as a subprocess (start-up and model load included; sampling and "
-            f"sandbox {probe['sampling_s']:.0f} s), {probe['executions']:,} sandbox executions. (b) and (d) are "
-            f"charged its whole wall-clock and its executions"
+            f"Probe (run once): `python -m training probe --split train --samples {probe['samples']}` of the "
+            f"warm-started model over the {ps['problems']} train problems: {ps['unsolved']} unsolved "
+            f"(0/{probe['samples']}), {ps['solved']} solved ({probe['samples']}/{probe['samples']}), mean pass rate "
+            f"{ps['mean_pass_rate']:.2f}; {probe['wall_s']:.0f} s wall-clock as a subprocess (start-up and model load "
+            f"included; sampling and sandbox {probe['sampling_s']:.0f} s), {probe['executions']:,} sandbox "
+            f"executions. (b) and (d) are charged its whole wall-clock and its executions"
             + (f"; the filter left {train_problems - dropped['unsolved'] - dropped['solved']} of {train_problems} "
                f"train problems (dropped {dropped['unsolved']} unsolved, {dropped['solved']} solved)." if dropped
                else "."),
             "",
         ]
     if base:
+        budgets = ", ".join(f"{b['train_s']:.0f} s (seed {seed})" for seed, b in sorted(base.items()))
         lines += [
-            f"Time axis: cumulative `time/step_s` of an arm's steps (+ the probe for (b), (d)). **Budget T = "
-            f"(a)'s total training time, {budget:.0f} s**; \"pass@1 at T\" is the arm's last evaluation at or "
-            f"before T (its cumulative seconds in brackets). \"Reached (a)'s final\" is the first evaluation with "
-            f"pass@1 ≥ (a)'s final {target:.3f}.",
+            f"Time axis: cumulative `time/step_s` of a run's steps (+ the probe for (b), (d)). **Budget T = "
+            f"(a)'s total training time on the same seed: {budgets}**; \"pass@1 at T\" is the run's last "
+            f"evaluation at or before T (its cumulative seconds in brackets). \"Reached (a)'s final\" is the first "
+            f"evaluation with pass@1 ≥ the final pass@1 of (a) on the same seed.",
             "",
         ]
     lines += [
-        "| arm | steps | training s | pass@1 step 0 → final | Δ points | pass@1 at T | reached (a)'s final at |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | seed | steps | training s | pass@1 step 0 → final | Δ points | pass@1 at T | reached (a)'s final at |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for arm, x in summaries.items():
-        at = pass_at_budget(x["points"], budget) if base else None
-        reached = first_reaching(x["points"], target) if base else None
-        secs = f"{x['train_s']:.0f}" + (f" ({x['probe_s']:.0f} probe)" if x["probe_s"] else "")
+    at_budget: dict[int, tuple[float, float] | None] = {}
+    for i, r in enumerate(runs):
+        a = base.get(r["seed"])
+        at = at_budget[i] = pass_at_budget(r["points"], a["train_s"]) if a else None
+        reached = first_reaching(r["points"], a["after"]) if a else None
+        secs = f"{r['train_s']:.0f}" + (f" ({r['probe_s']:.0f} probe)" if r["probe_s"] else "")
         lines.append(
-            f"| {ARMS[arm]} | {x['steps']} | {secs} | {x['before']:.3f} → {x['after']:.3f} | "
-            f"{100 * (x['after'] - x['before']):+.1f} | "
-            f"{f'{at[1]:.3f} ({at[0]:.0f} s)' if at else '— (no evaluation by T)'} | "
-            f"{f'{reached:.0f} s' if reached is not None else 'not reached'} |")
+            f"| {ARMS[r['arm']]} | {r['seed']} | {r['steps']} | {secs} | {r['before']:.3f} → {r['after']:.3f} | "
+            f"{100 * (r['after'] - r['before']):+.1f} | "
+            f"{f'{at[1]:.3f} ({at[0]:.0f} s)' if at else ('—' if not a else '— (no evaluation by T)')} | "
+            f"{(f'{reached:.0f} s' if reached is not None else 'not reached') if a else '—'} |")
+    if len(seeds) > 1:
+        lines += ["", f"Mean over the {len(seeds)} seeds:", "",
+                  "| arm | training s | pass@1 at T | final pass@1 | Δ points |", "|---|---|---|---|---|"]
+        for arm in arms:
+            idx = [i for i, r in enumerate(runs) if r["arm"] == arm]
+            ats = [at_budget[i][1] for i in idx if at_budget.get(i)]
+            lines.append(
+                f"| {ARMS[arm]} | {_mean([runs[i]['train_s'] for i in idx]):.0f} | "
+                f"{f'{_mean(ats):.3f}' if len(ats) == len(idx) else '—'} | "
+                f"{_mean([runs[i]['after'] for i in idx]):.3f} | "
+                f"{100 * _mean([runs[i]['after'] - runs[i]['before'] for i in idx]):+.1f} |")
+    drops = [(100 * (p[1] - q[1]), r) for r in runs for p, q in zip(r["points"], r["points"][1:])]
+    if drops:
+        drop, where = max(drops, key=lambda d: d[0])
+        lines += ["", f"Noise: held-out pass@1 is not monotone within a run; the largest drop between two consecutive "
+                      f"evaluations of one run is {max(drop, 0.0):.1f} points ({ARMS[where['arm']]}, seed "
+                      f"{where['seed']}). Differences between arms of that size are not evidence."]
     lines += [
         "",
         "Cost per informative group (a group whose candidates did not all get the same reward: "
-        "`sampling/groups_kept` with dynamic sampling, else the step's groups less `zero_variance_groups`). "
-        "Generated tokens: Σ `tokens_per_s` × `time/rollout_s` over steps (every round of a dynamic step; the "
-        "probe's own tokens are not reported by its CLI and not included). Sandbox executions: Σ candidates × "
-        "`reward.repeats` (+ the probe's for (b), (d)).",
+        "`sampling/groups_kept` with dynamic sampling, else the step's groups less `zero_variance_groups`), summed "
+        "over seeds. Generated tokens: Σ `tokens_per_s` × `time/rollout_s` over steps (every round of a dynamic "
+        "step; the probe's own tokens are not reported by its CLI and not included). Sandbox executions: Σ "
+        "candidates × `reward.repeats` (+ the probe's for (b), (d), once per run).",
         "",
         "| arm | groups sampled | informative (share) | rounds/step | generated tokens | sandbox executions | "
         "per informative group: seconds | tokens | executions |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for arm, x in summaries.items():
-        n = x["informative"]
-        execs = x["executions"] + x["probe_executions"]
+    for arm in arms:
+        rs = [r for r in runs if r["arm"] == arm]
+        n, sampled = sum(r["informative"] for r in rs), sum(r["sampled_groups"] for r in rs)
+        tokens, secs = sum(r["tokens"] for r in rs), sum(r["train_s"] for r in rs)
+        execs = sum(r["executions"] + r["probe_executions"] for r in rs)
+        rounds = sum(r["rounds_mean"] * r["steps"] for r in rs) / max(sum(r["steps"] for r in rs), 1)
         lines.append(
-            f"| {ARMS[arm]} | {x['sampled_groups']} | {n} ({_per(100 * n, x['sampled_groups'], '.0f')}%) | "
-            f"{x['rounds_mean']:.2f} | {x['tokens']:,} | {execs:,} | {_per(x['train_s'], n, '.2f')} | "
-            f"{_per(x['tokens'], n, ',.0f')} | {_per(execs, n, ',.0f')} |")
+            f"| {ARMS[arm]} | {sampled} | {n} ({_per(100 * n, sampled, '.0f')}%) | {rounds:.2f} | {tokens:,} | "
+            f"{execs:,} | {_per(secs, n, '.2f')} | {_per(tokens, n, ',.0f')} | {_per(execs, n, ',.0f')} |")
     lines += ["", "Held-out pass@1 curves (cumulative training seconds: pass@1):", ""]
-    for arm, x in summaries.items():
-        lines.append(f"- {ARMS[arm]}: " + ", ".join(f"{t:.0f} s {v:.3f}" for t, v in x["points"]))
+    for r in runs:
+        curve = ", ".join(f"{t:.0f} s {v:.3f}" for t, v in r["points"])
+        lines.append(f"- {ARMS[r['arm']]}, seed {r['seed']}: {curve}")
     return "\n".join(lines)
 
 
@@ -236,11 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3",
                     help="architecture of the tiny model built when --model is not given")
     ap.add_argument("--problems", type=Path, default=DEMO_PROBLEMS)
-    ap.add_argument("--steps", type=int, default=50, help="train.steps of every arm (default 50)")
+    ap.add_argument("--steps", type=int, default=100, help="train.steps of every arm (default 100)")
     ap.add_argument("--eval-every", type=int, default=10, help="train.eval_every of every arm (default 10)")
     ap.add_argument("--probe-samples", type=int, default=8, help="samples per train problem in the probe (default 8)")
     ap.add_argument("--max-rounds", type=int, default=3, help="sampling.max_rounds of (c) and (d) (default 3)")
     ap.add_argument("--arms", default="a,b,c,d", help="comma-separated subset of a,b,c,d (default all)")
+    ap.add_argument("--seeds", default="0", help="comma-separated train.seed values; every arm runs once per seed "
+                                                 "(default 0)")
+    ap.add_argument("--json-out", type=Path, help="also write the probe and every run's summary here")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared 2-core machine more threads oversubscribe)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
@@ -249,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = [a for a in arms if a not in ARMS]
     if bad or not arms:
         ap.error(f"--arms: unknown arm {bad[0] if bad else '(none)'!r}; choose from a,b,c,d")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--seeds: expected comma-separated integers such as 0,1; got {args.seeds!r}")
+    if not seeds:
+        ap.error("--seeds: give at least one seed")
     if args.eval_every < 1 or args.steps < 1:
         ap.error("--steps and --eval-every must be >= 1")
 
@@ -275,19 +313,25 @@ def main(argv: list[str] | None = None) -> int:
             probe = run_probe(str(model), cfg, args.probe_samples, args.threads, Path(tmp) / "probe.jsonl")
             print(f"[learning-signal] probe: {probe['wall_s']:.0f} s, {json.dumps(probe['summary'])}",
                   file=sys.stderr, flush=True)
-        summaries = {}
-        for arm in arms:
-            arm_cfg = demo_config(str(model), str(args.problems),
-                                  base_overrides + arm_overrides(arm, str(Path(tmp) / "probe.jsonl"), args.max_rounds))
-            result = _child("train", arm_cfg, args.threads, curve=True, label=ARMS[arm])
-            summaries[arm] = summarize_arm(result, candidates_per_problem=cfg["sampling"]["candidates_per_problem"],
-                                           repeats=cfg.get("reward", {}).get("repeats", 1), dynamic=arm in DYNAMIC,
-                                           probe=probe if arm in PROBED else None)
-            print(f"[learning-signal] {ARMS[arm]}: {json.dumps({k: v for k, v in summaries[arm].items()})}",
-                  file=sys.stderr, flush=True)
-    command = "python benchmarks/learning_signal_bench.py" + "".join(
-        f" {a}" for a in (argv if argv is not None else sys.argv[1:]) if a != "--no-write")
-    text = markdown(summaries, cfg=cfg, build=build, probe=probe, threads=args.threads,
+        runs = []
+        for seed in seeds:
+            for arm in arms:
+                overrides = base_overrides + [f"train.seed={seed}"] + arm_overrides(
+                    arm, str(Path(tmp) / "probe.jsonl"), args.max_rounds)
+                result = _child("train", demo_config(str(model), str(args.problems), overrides), args.threads,
+                                curve=True, label=f"{ARMS[arm]}, seed {seed}")
+                run = summarize_arm(result, candidates_per_problem=cfg["sampling"]["candidates_per_problem"],
+                                    repeats=cfg.get("reward", {}).get("repeats", 1), dynamic=arm in DYNAMIC,
+                                    probe=probe if arm in PROBED else None) | {"arm": arm, "seed": seed}
+                runs.append(run)
+                print(f"[learning-signal] {json.dumps(run)}", file=sys.stderr, flush=True)
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"probe": probe, "runs": runs, "build": build}, indent=1))
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given)  # the flags that change the numbers, not where they are written
+             if a != "--no-write" and not a.startswith("--json-out") and (i == 0 or given[i - 1] != "--json-out")]
+    command = "python benchmarks/learning_signal_bench.py" + "".join(f" {a}" for a in shown)
+    text = markdown(runs, cfg=cfg, build=build, probe=probe, threads=args.threads,
                     load=(load0, os.getloadavg()[0]), command=command, machine=machine_name(),
                     train_problems=train_problems)
     print(text)

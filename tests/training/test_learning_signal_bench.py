@@ -45,7 +45,7 @@ def test_the_budget_takes_the_last_evaluation_at_or_before_it():
     assert bench.first_reaching(points, 0.45) == 20.0 and bench.first_reaching(points, 0.6) is None
 
 
-def test_the_tables_render_every_arm_with_its_budget_and_reach():
+def _canned_runs():
     probe = {"wall_s": 10.0, "sampling_s": 8.0, "samples": 8, "executions": 1256,
              "summary": {"problems": 157, "unsolved": 20, "solved": 30, "mean_pass_rate": 0.45}}
     a = bench.summarize_arm(_result([_step(2.0), _step(2.0)], [(0, 0.3), (2, 0.5)]),
@@ -53,14 +53,41 @@ def test_the_tables_render_every_arm_with_its_budget_and_reach():
     d = bench.summarize_arm(_result([_step(5.0, kept=8, rounds=2), _step(5.0, kept=8, rounds=2)],
                                     [(0, 0.3), (1, 0.35), (2, 0.45)], dropped={"unsolved": 20, "solved": 30}),
                             candidates_per_problem=16, repeats=1, dynamic=True, probe=probe)
+    return probe, a, d
+
+
+def _render(runs, probe):
     cfg = bench.demo_config("/m", "p.jsonl", ["train.steps=2", "train.eval_every=1"])
-    text = bench.markdown({"a": a, "d": d}, cfg=cfg, build={"architecture": "Qwen3ForCausalLM", "parameters": 1000},
+    return bench.markdown(runs, cfg=cfg, build={"architecture": "Qwen3ForCausalLM", "parameters": 1000},
                           probe=probe, threads=1, load=(0.5, 0.7), command="python benchmarks/learning_signal_bench.py",
                           machine="x86_64 with 2 CPUs", train_problems=157)
-    assert "Budget T = (a)'s total training time, 4 s" in text
-    assert "| (a) today's loop | 2 | 4 | 0.300 → 0.500 | +20.0 | 0.500 (4 s) | 4 s |" in text
+
+
+def test_the_tables_render_every_arm_with_its_budget_and_reach():
+    probe, a, d = _canned_runs()
+    text = _render([a | {"arm": "a", "seed": 0}, d | {"arm": "d", "seed": 0}], probe)
+    assert "Budget T = (a)'s total training time on the same seed: 4 s (seed 0)" in text
+    assert "| (a) today's loop | 0 | 2 | 4 | 0.300 → 0.500 | +20.0 | 0.500 (4 s) | 4 s |" in text
     # (d) starts after the 10 s probe, past T: no evaluation within the budget, and it never reaches 0.5.
-    assert "| (d) probe filter + dynamic sampling | 2 | 20 (10 probe) | 0.300 → 0.450 | +15.0 | " \
+    assert "| (d) probe filter + dynamic sampling | 0 | 2 | 20 (10 probe) | 0.300 → 0.450 | +15.0 | " \
            "— (no evaluation by T) | not reached |" in text
     assert "the filter left 107 of 157 train problems (dropped 20 unsolved, 30 solved)" in text
     assert "| (d) probe filter + dynamic sampling | 16 | 16 (100%) | 2.00 | 10,000 | 1,512 | 1.25 | 625 | 94 |" in text
+    assert "Mean over" not in text  # one seed: nothing to average
+
+
+def test_two_seeds_are_averaged_per_arm_each_against_its_own_seed_s_budget():
+    probe, a, d = _canned_runs()
+    a1 = bench.summarize_arm(_result([_step(10.0), _step(10.0)], [(0, 0.3), (1, 0.4), (2, 0.7)]),
+                             candidates_per_problem=16, repeats=1, dynamic=False, probe=None)
+    runs = [a | {"arm": "a", "seed": 0}, d | {"arm": "d", "seed": 0}, a1 | {"arm": "a", "seed": 1},
+            d | {"arm": "d", "seed": 1}]
+    text = _render(runs, probe)
+    assert "4 s (seed 0), 20 s (seed 1)" in text
+    # seed 1's budget of 20 s reaches (d)'s last evaluation; its target 0.7 is never reached.
+    assert "| (d) probe filter + dynamic sampling | 1 | 2 | 20 (10 probe) | 0.300 → 0.450 | +15.0 | 0.450 (20 s) | " \
+           "not reached |" in text
+    assert "| (a) today's loop | 12 | 0.600 | 0.600 | +30.0 |" in text
+    assert "| (d) probe filter + dynamic sampling | 20 | — | 0.450 | +15.0 |" in text  # no point by T on seed 0
+    assert "largest drop between two consecutive evaluations of one run is 0.0 points" in text
+    assert "| (a) today's loop | 32 | 24 (75%) | 1.00 | 20,000 | 512 |" in text
