@@ -144,8 +144,10 @@ def _mean(values: list[float]) -> float:
 
 
 def markdown(runs: list[dict], *, cfg: dict, build: dict, probe: dict | None, threads: int,
-             load: tuple[float, float], command: str, machine: str, train_problems: int) -> str:
-    """RESULTS.md's section from ``summarize_arm`` results, each with its ``arm`` and ``seed`` added."""
+             load: tuple[float, float], command: str, machine: str, train_problems: int,
+             date: str | None = None) -> str:
+    """RESULTS.md's section from ``summarize_arm`` results, each with its ``arm`` and ``seed`` added;
+    ``date`` (default now) is when the runs ended."""
     s, tr = cfg["sampling"], cfg["train"]
     k = s["candidates_per_problem"]
     arch = build.get("architecture", "Qwen3ForCausalLM")
@@ -156,7 +158,7 @@ def markdown(runs: list[dict], *, cfg: dict, build: dict, probe: dict | None, th
         f"## Learning signal: probe filter and dynamic sampling vs today's loop, {ARCH_NAMES.get(arch, arch)}",
         "",
         f"`{command}` on {machine} (shared; load average {load[0]:.1f} before, {load[1]:.1f} after), "
-        f"torch threads {threads}, {time.strftime('%Y-%m-%d %H:%M')}. Model: the {ARCH_NAMES.get(arch, arch)} "
+        f"torch threads {threads}, {date or time.strftime('%Y-%m-%d %H:%M')}. Model: the {ARCH_NAMES.get(arch, arch)} "
         f"`{arch}` ({build.get('parameters', '?'):,} parameters) warm-started on the demo set's train split"
         f"{warm_start(build)}. Every arm: the CPU demo config (learning_demo.py) for {tr['steps']} steps × "
         f"{s['problems_per_step']} problems × {k} candidates, max_new_tokens {s['max_new_tokens']}, temperature "
@@ -221,6 +223,7 @@ def markdown(runs: list[dict], *, cfg: dict, build: dict, probe: dict | None, th
         lines += ["", f"Noise: held-out pass@1 is not monotone within a run; the largest drop between two consecutive "
                       f"evaluations of one run is {max(drop, 0.0):.1f} points ({ARMS[where['arm']]}, seed "
                       f"{where['seed']}). Differences between arms of that size are not evidence."]
+    lines += _expectation(runs, base)
     lines += [
         "",
         "Cost per informative group (a group whose candidates did not all get the same reward: "
@@ -249,6 +252,23 @@ def markdown(runs: list[dict], *, cfg: dict, build: dict, probe: dict | None, th
     return "\n".join(lines)
 
 
+def _expectation(runs: list[dict], base: dict[int, dict]) -> list[str]:
+    """Issue #11 expects (c) and (d) to reach (a)'s final pass@1 in less time than (a) itself took to
+    reach it (its first evaluation at that level): how many of their runs did."""
+    cases = []
+    for r in runs:
+        a = base.get(r["seed"])
+        if r["arm"] in DYNAMIC and a:
+            mine, theirs = first_reaching(r["points"], a["after"]), first_reaching(a["points"], a["after"])
+            cases.append((mine is not None and mine < theirs,
+                          f"{ARMS[r['arm']][:3]} seed {r['seed']}: "
+                          f"{f'{mine:.0f} s' if mine is not None else 'not reached'} vs (a)'s {theirs:.0f} s"))
+    if not cases:
+        return []
+    return ["", f"Expectation (issue #11): (c)/(d) reach (a)'s final pass@1 in less time than (a). **Seen in "
+                f"{sum(c[0] for c in cases)} of {len(cases)} runs** ({'; '.join(c[1] for c in cases)})."]
+
+
 def machine_name() -> str:
     model = ""
     try:
@@ -272,11 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default="a,b,c,d", help="comma-separated subset of a,b,c,d (default all)")
     ap.add_argument("--seeds", default="0", help="comma-separated train.seed values; every arm runs once per seed "
                                                  "(default 0)")
-    ap.add_argument("--json-out", type=Path, help="also write the probe and every run's summary here")
+    ap.add_argument("--json-out", type=Path, help="also write the probe, every run's summary and the report's "
+                                                  "context here (for --render)")
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="run nothing: rewrite the section from a --json-out file of an earlier run")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared 2-core machine more threads oversubscribe)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = ap.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        return _report(saved.pop("runs"), saved | {"load": tuple(saved["load"])}, args.no_write)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     bad = [a for a in arms if a not in ARMS]
     if bad or not arms:
@@ -325,20 +351,25 @@ def main(argv: list[str] | None = None) -> int:
                                     probe=probe if arm in PROBED else None) | {"arm": arm, "seed": seed}
                 runs.append(run)
                 print(f"[learning-signal] {json.dumps(run)}", file=sys.stderr, flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"probe": probe, "runs": runs, "build": build}, indent=1))
     given = list(argv if argv is not None else sys.argv[1:])
     shown = [a for i, a in enumerate(given)  # the flags that change the numbers, not where they are written
              if a != "--no-write" and not a.startswith("--json-out") and (i == 0 or given[i - 1] != "--json-out")]
     command = "python benchmarks/learning_signal_bench.py" + "".join(f" {a}" for a in shown)
-    text = markdown(runs, cfg=cfg, build=build, probe=probe, threads=args.threads,
-                    load=(load0, os.getloadavg()[0]), command=command, machine=machine_name(),
-                    train_problems=train_problems)
+    context = {"cfg": cfg, "build": build, "probe": probe, "threads": args.threads,
+               "load": (load0, os.getloadavg()[0]), "command": command, "machine": machine_name(),
+               "train_problems": train_problems, "date": time.strftime("%Y-%m-%d %H:%M")}
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"runs": runs, **context}, indent=1))
+    return _report(runs, context, args.no_write)
+
+
+def _report(runs: list[dict], context: dict, no_write: bool) -> int:
+    text = markdown(runs, **context)
     print(text)
-    if not args.no_write:
+    if not no_write:
         from benchmarks.results import update_section
 
-        arch = build.get("architecture", "Qwen3ForCausalLM")
+        arch = context["build"].get("architecture", "Qwen3ForCausalLM")
         update_section("learning-signal" if arch == "Qwen3ForCausalLM" else "learning-signal-qwen3-5", text)
     return 0
 

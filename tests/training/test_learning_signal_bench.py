@@ -91,3 +91,32 @@ def test_two_seeds_are_averaged_per_arm_each_against_its_own_seed_s_budget():
     assert "| (d) probe filter + dynamic sampling | 20 | — | 0.450 | +15.0 |" in text  # no point by T on seed 0
     assert "largest drop between two consecutive evaluations of one run is 0.0 points" in text
     assert "| (a) today's loop | 32 | 24 (75%) | 1.00 | 20,000 | 512 |" in text
+    assert "**Seen in 0 of 2 runs** ((d) seed 0: not reached vs (a)'s 4 s; (d) seed 1: not reached vs (a)'s 20 s)" \
+        in text
+
+
+def test_the_expectation_line_counts_dynamic_runs_that_beat_a_to_its_final():
+    probe, a, d = _canned_runs()
+    fast = bench.summarize_arm(_result([_step(1.0, kept=8, rounds=1), _step(1.0, kept=8, rounds=1)],
+                                       [(0, 0.3), (1, 0.5), (2, 0.5)]),
+                               candidates_per_problem=16, repeats=1, dynamic=True, probe=None)
+    text = _render([a | {"arm": "a", "seed": 0}, fast | {"arm": "c", "seed": 0}, d | {"arm": "d", "seed": 0}], probe)
+    assert "**Seen in 1 of 2 runs** ((c) seed 0: 1 s vs (a)'s 4 s; (d) seed 0: not reached vs (a)'s 4 s)" in text
+
+
+def test_render_rewrites_the_section_from_a_saved_run_without_training(tmp_path, capsys):
+    import json
+
+    probe, a, d = _canned_runs()
+    saved = {"runs": [a | {"arm": "a", "seed": 0}, d | {"arm": "d", "seed": 0}], "probe": probe,
+             "cfg": bench.demo_config("/m", "p.jsonl", ["train.steps=2", "train.eval_every=1"]),
+             "build": {"architecture": "Qwen3ForCausalLM", "parameters": 1000}, "threads": 1, "load": [0.5, 0.7],
+             "command": "python benchmarks/learning_signal_bench.py --seeds 0", "machine": "x86_64 with 2 CPUs",
+             "train_problems": 157, "date": "2026-12-01 19:39"}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(saved))
+    assert bench.main(["--render", str(path), "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "`python benchmarks/learning_signal_bench.py --seeds 0` on x86_64 with 2 CPUs" in out
+    assert "load average 0.5 before, 0.7 after), torch threads 1, 2026-12-01 19:39." in out
+    assert "| (a) today's loop | 0 | 2 | 4 | 0.300 → 0.500 | +20.0 | 0.500 (4 s) | 4 s |" in out
