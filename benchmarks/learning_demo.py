@@ -80,8 +80,12 @@ def install_shuffled_rewards(seed: int) -> None:
     rollout_module.PendingRollout.finish = finish_with_shuffled_rewards
 
 
-def run_arm(arm: str, cfg_dict: dict, threads: int | None) -> dict:
-    """One training run in this process; returns before/after pass@1, wall clock and the curve."""
+def run_arm(arm: str, cfg_dict: dict, threads: int | None, curve: bool = False) -> dict:
+    """One training run in this process; returns before/after pass@1, wall clock and the curve.
+
+    ``curve``: also return every ``eval`` event as ``evals`` ({step, pass@1}), every step's metrics as
+    ``step_metrics`` and the ``start`` event's ``dropped`` (the difficulty filter's counts, or None).
+    """
     import torch
 
     from training.config import config_from_dict
@@ -110,10 +114,14 @@ def run_arm(arm: str, cfg_dict: dict, threads: int | None) -> dict:
         "train_pass_first": steps[0]["metrics"].get("pass@1/train"),
         "train_pass_last5": sum(s["metrics"].get("pass@1/train", 0.0) for s in steps[-5:]) / max(1, len(steps[-5:])),
         "steps": len(steps),
-    }
+    } | ({"evals": [{"step": e["step"], "pass@1": e["pass@1"]} for e in evals],
+          "step_metrics": [e["metrics"] for e in steps],
+          "dropped": next(e for e in events if e["event"] == "start").get("dropped")} if curve else {})
 
 
-def _child(arm: str, cfg: dict, threads: int | None) -> dict:
+def _child(arm: str, cfg: dict, threads: int | None, curve: bool = False, label: str | None = None) -> dict:
+    """``run_arm`` in a fresh Python process (each arm starts from the same state: no shared caches or
+    patched functions); ``label`` names it in the progress line."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         cfg_path = Path(f.name)
@@ -122,11 +130,13 @@ def _child(arm: str, cfg: dict, threads: int | None) -> dict:
            "--json-out", str(out)]
     if threads:
         cmd += ["--threads", str(threads)]
-    print(f"[learning-demo] {arm} run ...", file=sys.stderr, flush=True)
+    if curve:
+        cmd.append("--curve")
+    print(f"[learning-demo] {label or arm} run ...", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     cfg_path.unlink()
     if proc.returncode != 0:
-        raise SystemExit(f"{arm} run failed (exit {proc.returncode}); see its stderr above")
+        raise SystemExit(f"{label or arm} run failed (exit {proc.returncode}); see its stderr above")
     result = json.loads(out.read_text())
     out.unlink()
     return result
@@ -206,10 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", choices=("train", "control"), help=argparse.SUPPRESS)
     ap.add_argument("--config-json", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--curve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.arm:  # child process: one arm
-        result = run_arm(args.arm, json.loads(args.config_json.read_text()), args.threads)
+        result = run_arm(args.arm, json.loads(args.config_json.read_text()), args.threads, args.curve)
         args.json_out.write_text(json.dumps(result))
         return 0
 
