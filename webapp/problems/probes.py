@@ -300,7 +300,10 @@ def _supervise(probe: Probe) -> Probe | None:
         report = read_probe(out)
     except ProbeFileError as exc:
         return _finish(probe, error=str(exc))
-    return _finish(probe, results=[r.to_dict() for r in report.results], summary=report.summary,
+    # The CLI's summary names the model and adapters as the worker resolved them (server paths): the
+    # stored one names them as the user did.
+    summary = {**report.summary, "model": probe.model, "adapters": [probe.adapter] if probe.adapter else []}
+    return _finish(probe, results=[r.to_dict() for r in report.results], summary=summary,
                    output_path=str(out.relative_to(settings.PROBLEM_SETS_DIR)))
 
 

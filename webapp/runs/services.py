@@ -245,6 +245,8 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     """
     event = db_safe(event)  # model-written code and program output may hold NUL characters
     kind = str(event.get("event", ""))
+    if kind == "start":
+        event = public_start(run, event)
     step = event_step(event)
     try:
         with transaction.atomic():
@@ -277,6 +279,25 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if broadcast:
         broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq, **step_message_extras(event, run.config)})
     return True
+
+
+def public_start(run: Run, event: dict) -> dict:
+    """A ``start`` event as its user may see it: the trainer writes the paths it was given (the model's
+    directory, the run's problem file and probe copy under the data dir); the stored and broadcast copy
+    names them as the run's config does (``models/tiny``, ``run:<id>/step-<n>``, ``probe:<id>``) and the
+    problems by their set. The trainer's own events.jsonl keeps the paths."""
+    public = run.config if isinstance(run.config, dict) else {}
+    model = public.get("model") if isinstance(public.get("model"), dict) else {}
+    config = dict(event["config"]) if isinstance(event.get("config"), dict) else {}
+    if isinstance(config.get("model"), dict):
+        config["model"] = {**config["model"], "name_or_path": model.get("name_or_path"),
+                           "adapters": model.get("adapters", [])}
+    if "problems" in config:
+        config["problems"] = f"problem set {run.problem_set_id}"
+    if isinstance(config.get("difficulty"), dict):
+        difficulty = public.get("difficulty") if isinstance(public.get("difficulty"), dict) else {}
+        config["difficulty"] = {**config["difficulty"], "probe": difficulty.get("probe")}
+    return {**event, "config": config, "model": model.get("name_or_path")}
 
 
 def _apply(run: Run, kind: str, step: int | None, event: dict) -> None:

@@ -314,6 +314,9 @@ def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, us
     assert list(rates) == ["free", "impossible", "add", "echo-sum"]
     assert rates["free"] == 1.0 and rates["impossible"] == 0.0
     assert probe.done == probe.total == 4 and probe.summary["problems"] == 4
+    # the model as the user named it, never the worker's path to it
+    assert probe.summary["model"] == "models/tiny" and probe.summary["adapters"] == []
+    assert str(settings.MODELS_DIR) not in json.dumps(probe.summary)
     out = Path(settings.PROBLEM_SETS_DIR) / probe.output_path
     assert out.is_file() and out.is_relative_to(Path(settings.PROBLEM_SETS_DIR) / str(ps.pk))
 

@@ -157,3 +157,30 @@ def test_candidates_keep_whether_they_were_truncated_and_their_overlong_penalty(
                                                                                                  status="passed")
     assert (failed[0]["truncated"], failed[0]["overlong_penalty"]) == (True, -0.25)
     assert (passed[0]["truncated"], passed[0]["overlong_penalty"]) == (False, None)
+
+
+def test_a_start_event_names_the_model_problems_and_probe_as_the_user_does_not_by_server_path(run, settings):
+    from webapp.runs.services import ingest_event
+
+    data = str(settings.RUNS_DIR.parent)
+    config = {**run.config, "model": {**run.config["model"], "name_or_path": f"{data}/models/tiny",
+                                       "adapters": [f"{data}/runs/7/checkpoints/step-2"]},
+              "problems": f"{run.path}/problems.jsonl",
+              "difficulty": {"probe": f"{run.path}/probe.jsonl", "drop_unsolved": True, "drop_solved": False}}
+    sent = []
+    import webapp.runs.services as services
+
+    original = services.broadcast_event
+    services.broadcast_event = lambda run_id, message: sent.append(message)
+    try:
+        assert ingest_event(run, {"event": "start", "config": config, "model": f"{data}/models/tiny",
+                                  "runtime": {"device": "cpu"}}, seq=0)
+    finally:
+        services.broadcast_event = original
+    stored = RunEvent.objects.get(run=run, seq=0).payload
+    for payload in (stored, sent[0]):
+        assert data not in json.dumps(payload), payload
+        assert payload["model"] == run.config["model"]["name_or_path"] == payload["config"]["model"]["name_or_path"]
+        assert payload["config"]["problems"] == f"problem set {run.problem_set_id}"
+        assert payload["config"]["difficulty"] == {"probe": None, "drop_unsolved": True, "drop_solved": False}
+        assert payload["runtime"] == {"device": "cpu"} and payload["config"]["ppo"] == run.config["ppo"]
