@@ -142,6 +142,22 @@ def _child(arm: str, cfg: dict, threads: int | None, curve: bool = False, label:
     return result
 
 
+def tiny_model(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[str, dict]:
+    """``args.model``, or the warm-started tiny model of ``args.arch`` built under ``tmp`` on
+    ``args.problems`` (``args.threads`` torch threads) -> (model directory, its build facts)."""
+    model = args.model
+    if model is None:
+        import torch
+
+        from training.tiny_model import build_tiny_model
+
+        torch.set_num_threads(args.threads)
+        print(f"[{tag}] building the warm-started tiny model ...", file=sys.stderr, flush=True)
+        model = build_tiny_model(tmp / "tiny", warmup_problems=args.problems, seed=0, arch=args.arch)
+    info_path = Path(model) / "crucible_tiny.json"
+    return str(model), (json.loads(info_path.read_text()) if info_path.exists() else {})
+
+
 def warm_start(build: dict) -> str:
     w = build.get("warmup")
     if not w:
@@ -227,17 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = list(args.overrides) + ([f"train.steps={args.steps}"] if args.steps else [])
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="learning-demo-") as tmp:
-        model = args.model
-        if model is None:
-            import torch
-
-            from training.tiny_model import build_tiny_model
-
-            torch.set_num_threads(args.threads)
-            print("[learning-demo] building the warm-started tiny model ...", file=sys.stderr, flush=True)
-            model = build_tiny_model(Path(tmp) / "tiny", warmup_problems=args.problems, seed=0, arch=args.arch)
-        info_path = Path(model) / "crucible_tiny.json"
-        build = json.loads(info_path.read_text()) if info_path.exists() else {}
+        model, build = tiny_model(args, Path(tmp), "learning-demo")
         cfg = demo_config(str(model), str(args.problems), overrides)
         results = [_child("train", cfg, args.threads)]
         if not args.no_control:

@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.learning_demo import ARCH_NAMES, DEMO_PROBLEMS, _child, demo_config, warm_start  # noqa: E402
+from benchmarks.learning_demo import (ARCH_NAMES, DEMO_PROBLEMS, _child, demo_config, tiny_model,  # noqa: E402
+                                      warm_start)
 
 ARMS = {
     "a": "(a) today's loop",
@@ -321,17 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     train_problems = sum(p.split == "train" for p in load_problems(args.problems).problems)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="learning-signal-") as tmp:
-        model = args.model
-        if model is None:
-            import torch
-
-            from training.tiny_model import build_tiny_model
-
-            torch.set_num_threads(args.threads)
-            print("[learning-signal] building the warm-started tiny model ...", file=sys.stderr, flush=True)
-            model = build_tiny_model(Path(tmp) / "tiny", warmup_problems=args.problems, seed=0, arch=args.arch)
-        info_path = Path(model) / "crucible_tiny.json"
-        build = json.loads(info_path.read_text()) if info_path.exists() else {}
+        model, build = tiny_model(args, Path(tmp), "learning-signal")
         base_overrides = [f"train.steps={args.steps}", f"train.eval_every={args.eval_every}"]
         cfg = demo_config(str(model), str(args.problems), base_overrides)
         probe = None
