@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test install system-deps bench clean
+.PHONY: run test install system-deps vllm-env bench clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,14 +18,18 @@ install: $(STAMP)
 system-deps:
 	@bash scripts/system-deps.sh
 
+# The vLLM engine's own environment (sampling.engine: vllm); `make test` builds it so its tests run.
+vllm-env:
+	@bash scripts/vllm_env/setup.sh
+
 run: install system-deps
 	$(PY) -m webapp.launcher
 
-test: install system-deps
+test: install system-deps vllm-env
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m benchmarks.run_all
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) .venv-vllm var

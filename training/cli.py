@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     tiny.add_argument("--out", type=Path, required=True, help="output directory (Hugging Face format)")
     tiny.add_argument("--arch", default="qwen3", choices=("qwen3", "qwen3_5"),
                       help="qwen3: dense Qwen3 (default); qwen3_5: Qwen3.5's hybrid linear/full-attention text stack")
+    tiny.add_argument("--linear-head-dim", type=int, default=32, choices=(32, 128),
+                      help="qwen3_5: width of the linear-attention heads (128 as in Qwen3.5-9B, which vLLM's CPU "
+                           "kernel needs; default 32)")
     tiny.add_argument("--warmup-problems", type=Path, help="warm-start on this problem file's train split")
     tiny.add_argument("--warmup-steps", type=int, default=400, help="supervised warm-up steps (default 400)")
     tiny.add_argument("--seed", type=int, default=0)
@@ -362,6 +365,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
         raise UsageError(f"--warmup-steps must be >= 1, got {args.warmup_steps}")
     _set_threads(args.threads)
     out = build_tiny_model(args.out, warmup_problems=args.warmup_problems, seed=args.seed, arch=args.arch,
+                           linear_head_dim=args.linear_head_dim,
                            warmup_steps=args.warmup_steps, log=lambda m: print(m, file=sys.stderr))
     info = json.loads((out / "crucible_tiny.json").read_text())
     if args.measure:

@@ -44,6 +44,9 @@ WARMUPS = ("none", "stable_then_fast")
 LR_DECAYS = ("constant", "linear", "cosine")
 SANDBOX_MODES = ("warm", "cold")
 OVERLONG_MODES = ("none", "mask", "soft")
+ENGINES = ("hf", "vllm")
+"""Generation engines (training/engines/): the trainer's own decoding loop, or a vLLM server."""
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 INT32_MAX = 2**31 - 1
 """Every integer field has an upper bound at or below this: counts end up in int4 database columns."""
@@ -216,6 +219,9 @@ class SamplingConfig(_Section):
     up to max_rounds rounds, until problems_per_step informative groups exist; the update uses only those."""
     max_rounds: int = _field(3, ge=1, le=100)
     """Dynamic sampling: most rollout rounds per step, the first included (1 = only filter, never redraw)."""
+    engine: str = _field("hf", choices=ENGINES)
+    """hf: the trainer's own decoding loop; vllm: a vLLM server (the `vllm` section) samples from the policy
+    being trained, its LoRA adapter reloaded after every optimizer step."""
 
     def _check(self) -> None:
         if self.stop is not None and any(s == "" for s in self.stop):
@@ -411,6 +417,31 @@ class SandboxConfig(_Section):
 
 
 @dataclass(frozen=True)
+class VLLMConfig(_Section):
+    """The vLLM server that samples when sampling.engine is vllm."""
+
+    url: str | None = None
+    """A running vLLM OpenAI-compatible server (http://host:port) that serves the run's base model with LoRA
+    enabled; null = the trainer starts one for the run from the engine environment and stops it with the run."""
+    gpu_memory_utilization: float = _field(0.4, gt=0.0, le=0.95)
+    """Share of the GPU's memory the server may take (the rest is the trainer's, on the same GPU)."""
+    max_model_len: int | None = _field(None, ge=16, le=1_048_576)
+    """Longest prompt + completion in tokens; null = prompt budget + max_new_tokens rounded up (or the model's)."""
+    tensor_parallel_size: int = _field(1, ge=1, le=64)
+    """GPUs the server splits the model over."""
+    dtype: str = _field("auto", choices=VLLM_DTYPES)
+    """The server's weights and activations; auto = bfloat16 (vLLM's CPU kernels need it; half the memory on GPU)."""
+
+    def _check(self) -> None:
+        if self.url is not None:
+            url = self.url.strip()
+            if not url.startswith(("http://", "https://")) or len(url) < 10 or len(url) > 2048 or any(
+                    c.isspace() or ord(c) < 32 for c in url):
+                raise ConfigError("url", f"must be an http(s) URL of a vLLM server such as http://127.0.0.1:8000 "
+                                         f"(or null to start one); got {self.url[:80]!r}")
+
+
+@dataclass(frozen=True)
 class DifficultyConfig(_Section):
     """Train problems left out at launch by the pass rates of a difficulty probe (`python -m training probe`)."""
 
@@ -453,10 +484,17 @@ class RunConfig(_Section):
     """Where and how candidates run."""
     difficulty: DifficultyConfig = _field(factory=DifficultyConfig)
     """Train problems left out at launch by a difficulty probe's pass rates (held-out problems never are)."""
+    vllm: VLLMConfig = _field(factory=VLLMConfig)
+    """The vLLM server, when sampling.engine is vllm."""
 
     def _check(self) -> None:
         if not self.problems.strip():
             raise ConfigError("problems", "must not be empty; give the path of a problem file")
+        if self.sampling.engine == "vllm" and self.model.lora is None:
+            raise ConfigError("sampling.engine", "vllm samples from the policy through its LoRA adapter, reloaded "
+                                                 "after every optimizer step; a full fine-tune (model.lora: null) "
+                                                 "would sample a stale policy. Give model.lora (e.g. {r: 16}) or "
+                                                 "use engine: hf")
         batch = self.sampling.problems_per_step * self.sampling.candidates_per_problem
         if self.ppo.minibatch_size is not None and self.ppo.minibatch_size > batch:
             raise ConfigError(
@@ -466,7 +504,7 @@ class RunConfig(_Section):
 
 
 SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConfig, RewardConfig, PPOConfig,
-            ScheduleConfig, TrainConfig, SandboxConfig, DifficultyConfig, RunConfig)
+            ScheduleConfig, TrainConfig, SandboxConfig, VLLMConfig, DifficultyConfig, RunConfig)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     Returns ``{"pass@1": float, "pass@k": {"4": float, ...}, "per_problem": {problem_id: {"n", "c",
     "pass@1"}}, "samples": samples, "problems": N, "mean_test_pass_rate": float}`` where the
     aggregate pass@k is the mean over problems (the ``eval`` event's fields). ``runner`` is a
-    ``sandbox.Runner`` (anything with ``run_batch(problems, candidates)``). ``generator_seed`` makes
+    ``sandbox.Runner`` (anything with ``run_batch(problems, candidates)``). ``model`` is a model (sampled
+    by the ``hf`` engine) or a generation engine (training/engines/). ``generator_seed`` makes
     the evaluation repeatable and leaves the training RNG untouched (None: draw from it). The model
     is put in eval mode and restored. ``on_candidate(problem, text, result)`` sees every sample.
 
@@ -58,7 +59,8 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     the defaults) and ``timeout_s`` (the run's ``sandbox.timeout_s``, for the efficiency reward).
     """
     from sandbox import Candidate
-    from training.generation import build_prompt, generate
+    from training.engines import as_engine, collect
+    from training.generation import build_prompt
     from training.rollout import sandbox_reply, score_samples
 
     if samples < 1:
@@ -77,15 +79,17 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     test_rates: list[float] = []
     thinking = bool(getattr(sampling, "thinking", False))  # as training prompts and reads replies
     chat = sampling.prompt_style == "chat"
+    engine = as_engine(model, tokenizer)
+    model = getattr(engine, "model", None)  # the hf engine samples this process's model: eval mode
     was_training = getattr(model, "training", False)
-    model.eval()
+    if model is not None:
+        model.eval()
     try:
         for start in range(0, len(problems), prompts_per_batch):
             chunk = problems[start:start + prompts_per_batch]
             prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in chunk]
             seed = None if generator_seed is None else generator_seed + start
-            batch = generate(model, tokenizer, prompts, sampling, num_return_sequences=samples,
-                             generator_seed=seed)
+            batch = collect(engine, prompts, sampling, n=samples, seed=seed)
             key = "reply" if chat else "completion"
             answers = [sandbox_reply(text, thinking) if chat else text for text in batch.texts]
             candidates = [Candidate(chunk[i].id, **{key: answer})

@@ -229,10 +229,6 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
     defaults to True for completion prompts (a BOS where the tokenizer uses one) and False for chat
     prompts (the template already holds the special tokens).
     """
-    if not prompts:
-        raise ValueError("generate() needs at least one prompt")
-    if add_special_tokens is None:
-        add_special_tokens = sampling.prompt_style == "completion"
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
@@ -240,10 +236,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
             raise ValueError("the tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token")
         pad_id = eos_ids[0]
 
-    encoded = [tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"] for p in prompts]
-    if any(len(e) == 0 for e in encoded):
-        raise ValueError("a prompt encodes to zero tokens; the model needs at least one token to continue "
-                         "(give the problem a prompt, or use a tokenizer that adds a BOS token)")
+    encoded = encode_prompts(tokenizer, prompts, sampling, add_special_tokens)
     p_len = max(len(e) for e in encoded)
     input_ids = torch.full((len(encoded), p_len), pad_id, dtype=torch.long)  # (N, P) left-padded
     attention_mask = torch.zeros((len(encoded), p_len), dtype=torch.long)  # (N, P)
@@ -298,6 +291,21 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
     logprobs = logprobs.gather(-1, generated[:, :, None]).squeeze(-1)  # (N * n, T)
     return _batch(generated.tolist(), encoded, prompts, num_return_sequences, tokenizer, stops, eos_ids, pad_id,
                   logprobs.tolist())
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], sampling: SamplingConfig,
+                   add_special_tokens: bool | None = None) -> list[list[int]]:
+    """The token ids every engine conditions on. ``add_special_tokens`` defaults to True for completion
+    prompts (a BOS where the tokenizer uses one) and False for chat prompts (the template holds them)."""
+    if not prompts:
+        raise ValueError("generate() needs at least one prompt")
+    if add_special_tokens is None:
+        add_special_tokens = sampling.prompt_style == "completion"
+    encoded = [tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"] for p in prompts]
+    if any(len(e) == 0 for e in encoded):
+        raise ValueError("a prompt encodes to zero tokens; the model needs at least one token to continue "
+                         "(give the problem a prompt, or use a tokenizer that adds a BOS token)")
+    return encoded
 
 
 def _forward_model(model: Any) -> Any:
@@ -660,7 +668,7 @@ def _batch(generated: list[list[int]], encoded: list[list[int]], prompts: Sequen
     eos_set = set(eos_ids)
     for row, gen in enumerate(generated):
         k = row // num_return_sequences
-        ids, text, reason, n_sampled = _cut(gen, tokenizer, stops, eos_set, pad_id)
+        ids, text, reason, n_sampled = cut_completion(gen, tokenizer, stops, eos_set, pad_id)
         batch.prompt_ids.append(list(encoded[k]))
         batch.completion_ids.append(ids)
         batch.sampler_logprobs.append(logprobs[row][:len(ids)])  # completion ids are a prefix of the row
@@ -675,9 +683,11 @@ def _decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def _cut(gen: list[int], tokenizer: Any, stops: Sequence[str], eos: set[int],
-         pad_id: int) -> tuple[list[int], str, str, int]:
-    """Apply EOS and stop strings to one generated row: (completion_ids, text, finish_reason, sampled)."""
+def cut_completion(gen: list[int], tokenizer: Any, stops: Sequence[str], eos: set[int],
+                   pad_id: int) -> tuple[list[int], str, str, int]:
+    """Apply EOS and stop strings to one generated row: (completion_ids, text, finish_reason, sampled).
+
+    The module docstring's contract, for every engine (a row without padding passes ``pad_id=-1``)."""
     # Everything after the first EOS is padding (generate pads finished rows; pad may equal EOS).
     end = next((j for j, t in enumerate(gen) if t in eos), None)
     body = gen[:end] if end is not None else gen

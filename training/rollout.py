@@ -2,7 +2,8 @@
 
 One step's rollout is two halves so that the sandbox never waits for the accelerator or vice versa:
 
-    pending = start_rollout(...)   # batched generate (per chunk) -> submit each chunk to the sandbox
+    pending = start_rollout(...)   # the engine's pieces (a generate chunk, a finished vLLM completion)
+                                   # -> each submitted to the sandbox as it arrives
     ...                            # the trainer computes reference / old logprobs meanwhile
     rollout = pending.finish()     # wait for the executions, score every candidate
 
@@ -24,8 +25,7 @@ from typing import Any
 import torch
 
 from training import rewards as R
-from training.generation import GenerationBatch, answer_after_thinking, build_prompt, generate
-from training.policy import generation_mode
+from training.generation import GenerationBatch, answer_after_thinking, build_prompt
 
 
 @dataclass
@@ -88,8 +88,8 @@ class PendingRollout:
     batch: GenerationBatch
     codes: list[str]
     futures: list[Future]
-    chunk_sizes: list[int]
-    """Candidates per chunk (each future returns ``repeats`` x that many results)."""
+    slots: list[list[int]]
+    """The candidates (slots, in ``batch`` order) each future executes; it returns ``repeats`` x that many results."""
     submitted_at: float
     time_generate_s: float
     score_args: dict = field(default_factory=dict)
@@ -97,12 +97,13 @@ class PendingRollout:
 
     def finish(self) -> Rollout:
         """Wait for every execution and score the candidates."""
-        results: list[list[dict]] = []  # per candidate: its executions
-        for fut, size in zip(self.futures, self.chunk_sizes):
+        results: list[list[dict]] = [[] for _ in self.codes]  # per candidate: its executions
+        for fut, slots in zip(self.futures, self.slots):
             chunk = [_result_dict(r) for r in fut.result()]
+            size = len(slots)
             repeats = len(chunk) // size if size else 1
-            for i in range(size):
-                results.append([chunk[r * size + i] for r in range(repeats)])
+            for i, slot in enumerate(slots):
+                results[slot] = [chunk[r * size + i] for r in range(repeats)]
         sandbox_s = (max(self._done_at) if self._done_at else time.monotonic()) - self.submitted_at
         return score_rollout(self.problems, self.batch, self.codes, results,
                              time_generate_s=self.time_generate_s, time_sandbox_s=max(0.0, sandbox_s),
@@ -136,7 +137,7 @@ def pick_problems(num_problems: int, per_step: int, step: int, seed: int) -> lis
 
 
 def start_rollout(
-    model: Any,
+    engine: Any,
     tokenizer: Any,
     problems: Sequence[Any],
     sampling: Any,
@@ -154,50 +155,50 @@ def start_rollout(
 ) -> PendingRollout:
     """Generate ``candidates_per_problem`` completions per problem and submit their executions.
 
-    ``runner`` is a ``sandbox.Runner`` (kept alive for the whole run). One batched ``generate`` per
-    chunk (``num_return_sequences`` = K); its executions are submitted as soon as it is decoded.
+    ``engine`` is a generation engine (training/engines/; a model is sampled by the ``hf`` engine with
+    ``chunks``), ``runner`` a ``sandbox.Runner`` (kept alive for the whole run). Each piece the engine
+    hands back (a chunk of ``generate``, or one finished vLLM completion) is submitted to the sandbox at
+    once, so executions overlap generation.
     ``overlong`` is the run's ``OverlongConfig`` (None: truncated candidates are scored as they are).
     ``candidates`` overrides K (the difficulty probe samples its own count, one included).
     """
     from sandbox import Candidate
+    from training.engines import as_engine, merge_pieces
 
+    engine = as_engine(engine, tokenizer, chunks)
     k = sampling.candidates_per_problem if candidates is None else candidates
-    chunks = max(1, min(chunks, len(problems)))
-    bounds = [round(i * len(problems) / chunks) for i in range(chunks + 1)]
     thinking = bool(getattr(sampling, "thinking", False))
     prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in problems]
     problem_map = {p.id: p for p in problems}
-    batches: list[GenerationBatch] = []
+    pieces: list = []
     futures: list[Future] = []
-    chunk_sizes: list[int] = []
-    codes: list[str] = []
+    slots_of: list[list[int]] = []
+    codes: list[str] = [""] * (len(problems) * k)
     done_at: list[float] = []
     submitted_at: float | None = None
-    generate_s = 0.0
-    for c in range(chunks):
-        lo, hi = bounds[c], bounds[c + 1]
-        g0 = time.monotonic()
-        seed = None if generator_seed is None else generator_seed + c
-        with generation_mode(model) as sampler:
-            batch = generate(sampler, tokenizer, prompts[lo:hi], sampling, num_return_sequences=k,
-                             generator_seed=seed)
-        generate_s += time.monotonic() - g0
+    g0 = time.monotonic()
+    submit_s = 0.0
+    for slots, batch in engine.stream(prompts, sampling, n=k, seed=generator_seed):
+        s0 = time.monotonic()
         cands = []
-        for j, text in enumerate(batch.texts):
-            problem = problems[lo + batch.prompt_index[j]]
+        for slot, j in zip(slots, range(len(batch))):
+            problem = problems[batch.prompt_index[j]]
+            text = batch.texts[j]
             answer = sandbox_reply(text, thinking) if sampling.prompt_style == "chat" else text
             cands.append(_candidate(Candidate, problem, answer, sampling.prompt_style))
-            codes.append(_assembled_code(problem, answer, sampling.prompt_style))
+            codes[slot] = _assembled_code(problem, answer, sampling.prompt_style)
         if submitted_at is None:
             submitted_at = time.monotonic()
         fut = runner.submit_batch(problem_map, cands * repeats)
         fut.add_done_callback(lambda _f: done_at.append(time.monotonic()))
         futures.append(fut)
-        chunk_sizes.append(len(cands))
-        batches.append(_offset(batch, lo))
+        slots_of.append(list(slots))
+        pieces.append((list(slots), batch))
+        submit_s += time.monotonic() - s0
+    generate_s = time.monotonic() - g0 - submit_s
     return PendingRollout(
-        problems=list(problems), batch=_concat(batches, prompts), codes=codes, futures=futures,
-        chunk_sizes=chunk_sizes, submitted_at=submitted_at or time.monotonic(), time_generate_s=generate_s,
+        problems=list(problems), batch=merge_pieces(pieces, prompts), codes=codes, futures=futures,
+        slots=slots_of, submitted_at=submitted_at or time.monotonic(), time_generate_s=generate_s,
         score_args={"weights": weights, "normalize": normalize, "timeout_s": timeout_s,
                     "prompt_style": sampling.prompt_style, "group_size": k, "overlong": overlong,
                     "max_new_tokens": sampling.max_new_tokens, "penalize_flags": tuple(penalize_flags)},
@@ -320,24 +321,3 @@ def _result_dict(result: Any) -> dict:
     if isinstance(result, Mapping):
         return dict(result)
     return result.to_dict()
-
-
-def _offset(batch: GenerationBatch, lo: int) -> GenerationBatch:
-    batch.prompt_index = [lo + i for i in batch.prompt_index]
-    return batch
-
-
-def _concat(batches: list[GenerationBatch], prompts: list[str]) -> GenerationBatch:
-    if len(batches) == 1:
-        batches[0].prompts = list(prompts)
-        return batches[0]
-    out = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
-    for b in batches:
-        out.prompt_ids += b.prompt_ids
-        out.completion_ids += b.completion_ids
-        out.texts += b.texts
-        out.prompt_index += b.prompt_index
-        out.finish_reasons += b.finish_reasons
-        out.generated_tokens += b.generated_tokens
-        out.sampler_logprobs += b.sampler_logprobs
-    return out

@@ -55,6 +55,10 @@ MODEL_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, 
 QWEN3_5_SHAPE = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
                      linear_value_head_dim=32, linear_conv_kernel_dim=4,
                      layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"])
+QWEN3_5_WIDE_HEADS = dict(linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=128,
+                          linear_value_head_dim=128)
+"""``linear_head_dim=128``: the 9B's own linear-attention head width (vLLM's CPU gated-delta-rule kernel
+takes no other), at one key and two value heads."""
 QWEN3_5_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                 "mrope_section": [2, 1, 1], "mrope_interleaved": True}
 
@@ -178,7 +182,15 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024) -> Any:
     return qwen
 
 
-def build_model(tokenizer: Any, seed: int = 0, arch: str = "qwen3") -> Any:
+def qwen3_5_shape(linear_head_dim: int = 32) -> dict:
+    if linear_head_dim == 32:
+        return dict(QWEN3_5_SHAPE)
+    if linear_head_dim == 128:
+        return {**QWEN3_5_SHAPE, **QWEN3_5_WIDE_HEADS}
+    raise ValueError(f"linear_head_dim must be 32 (the default) or 128 (Qwen3.5-9B's); got {linear_head_dim}")
+
+
+def build_model(tokenizer: Any, seed: int = 0, arch: str = "qwen3", linear_head_dim: int = 32) -> Any:
     import torch
     from transformers import GenerationConfig
 
@@ -193,7 +205,7 @@ def build_model(tokenizer: Any, seed: int = 0, arch: str = "qwen3") -> Any:
     elif arch == "qwen3_5":
         from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-        config = Qwen3_5TextConfig(rope_parameters=dict(QWEN3_5_ROPE), **common, **QWEN3_5_SHAPE)
+        config = Qwen3_5TextConfig(rope_parameters=dict(QWEN3_5_ROPE), **common, **qwen3_5_shape(linear_head_dim))
         model_class = Qwen3_5ForCausalLM
     else:
         raise ValueError(f"unknown tiny-model architecture {arch!r}; valid: {', '.join(ARCHITECTURES)}")
@@ -286,11 +298,12 @@ def supervised_warmup(model: Any, tokenizer: Any, examples: Sequence[tuple[str, 
 
 
 def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None = None, seed: int = 0,
-                     arch: str = "qwen3",
+                     arch: str = "qwen3", linear_head_dim: int = 32,
                      warmup_steps: int = WARMUP_STEPS, runner: Any = None, log: Any = None,
                      correct_copies: int = CORRECT_COPIES, wrong_per_problem: int = WRONG_PER_PROBLEM,
                      warmup_lr: float = 3e-3, batch_size: int = 32) -> Path:
     """Build the tiny ``arch`` model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it
+    ``linear_head_dim`` (qwen3_5): 32, or 128 as in Qwen3.5-9B (what vLLM's CPU kernel needs).
     (``warmup_steps`` AdamW steps of ``batch_size`` at ``warmup_lr`` on ``correct_copies`` right
     bodies and up to ``wrong_per_problem`` failing variants per train problem).
 
@@ -313,8 +326,8 @@ def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None 
     for p in problems:
         texts += [p.prompt, p.reference_solution or ""]
     tokenizer = train_tokenizer(texts)
-    model = build_model(tokenizer, seed=seed, arch=arch)
-    shape = MODEL_SHAPE if arch == "qwen3" else {**MODEL_SHAPE, **QWEN3_5_SHAPE}
+    model = build_model(tokenizer, seed=seed, arch=arch, linear_head_dim=linear_head_dim)
+    shape = MODEL_SHAPE if arch == "qwen3" else {**MODEL_SHAPE, **qwen3_5_shape(linear_head_dim)}
     info: dict[str, Any] = {"architecture": type(model).__name__, "arch": arch,
                             "parameters": sum(p.numel() for p in model.parameters()),
                             "vocab_size": len(tokenizer), "seed": seed, "shape": shape}

@@ -50,9 +50,11 @@ from training import checkpoint as ckpt
 from training.advantages import clip_advantages, compute_advantages, zero_variance_groups
 from training.config import RunConfig, config_to_dict
 from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
+from training.engines import make_engine
+from training.engines.vllm_server import EngineStartCancelled
 from training.events import EventWriter
 from training.losses import logprob_mismatch, ppo_loss, tis_weights
-from training.policy import (fused_lora, generation_mode, load_policy, sequence_logprobs, shared_prompt_logprobs,
+from training.policy import (fused_lora, load_policy, sequence_logprobs, shared_prompt_logprobs,
                              shared_prompts_supported)
 from training.rewards import DIMENSIONS
 from training.rollout import Rollout, pick_problems, start_rollout
@@ -136,6 +138,10 @@ class Trainer:
         if loaded.errors:
             first = "; ".join(str(e) for e in loaded.errors[:3])
             raise ValueError(f"problems: {config.problems} has {len(loaded.errors)} bad line(s): {first}")
+        if config.sampling.engine == "vllm" and accelerator.num_processes > 1:
+            raise ValueError(f"sampling.engine: vllm runs on one trainer process, this launch has "
+                             f"{accelerator.num_processes}; launch one process (the server can still span GPUs "
+                             f"with vllm.tensor_parallel_size) or set sampling.engine: hf")
         if config.sampling.dynamic and accelerator.num_processes > 1:
             raise ValueError(f"sampling.dynamic: true runs on one process, this launch has "
                              f"{accelerator.num_processes}; launch one process or set sampling.dynamic: false")
@@ -162,6 +168,8 @@ class Trainer:
         self._own_runner = runner is None
         self._pool: ThreadPoolExecutor | None = None
         self._checkpointed: set[int] = set()
+        self.engine: Any = None
+        """The generation engine (training/engines/), made in ``run`` once the model is prepared."""
         self.shared_prompts = False
         """Log-prob passes run each distinct prompt once (``shared_prompt_logprobs``); set in ``run``."""
 
@@ -182,6 +190,12 @@ class Trainer:
             extra["dropped"] = self.dropped
         runtime = describe_runtime(self.accelerator.unwrap_model(self.model), dtype=cfg.model.dtype,
                                    device=self.accelerator.device)
+        try:
+            self.engine = self._make_engine()
+        except EngineStartCancelled:
+            self._done("cancelled", "cancelled while the generation engine was starting")
+            return "cancelled"
+        runtime["engine"] = self.engine.describe()
         self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, runtime=runtime,
                           **extra)
         if self.runner is None:
@@ -264,6 +278,10 @@ class Trainer:
             with self.threads.idle():  # the sandbox is done: the update gets every core
                 update = self._update(tensors, advantages.flatten().to(acc.device), keep.to(acc.device),
                                       old_logprobs, ref_logprobs, kl_coef, step)
+            if self.engine.name != "hf":  # the next step samples the updated policy (hf samples it in place)
+                t_sync = time.monotonic()
+                self.engine.sync(acc.unwrap_model(self.model))
+                update["time/sync_s"] = time.monotonic() - t_sync
         with warnings.catch_warnings():
             # a step whose groups were all dropped made no optimizer step; the schedule still advances
             warnings.filterwarnings("ignore", message=r".*lr_scheduler.step\(\)` before `optimizer.step\(\)`.*")
@@ -297,7 +315,7 @@ class Trainer:
     def _start_rollout(self, problems: list, generator_seed: int):
         cfg = self.config
         return start_rollout(
-            self.accelerator.unwrap_model(self.model), self.tokenizer, problems, cfg.sampling,
+            self.engine, self.tokenizer, problems, cfg.sampling,
             _Submitter(self.runner, self._executor()), generator_seed=generator_seed, repeats=cfg.reward.repeats,
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags)
@@ -436,12 +454,11 @@ class Trainer:
 
         if self.accelerator.is_main_process:
             n = self.config.train.eval_samples
-            with generation_mode(self.accelerator.unwrap_model(self.model)) as model:
-                # record: each problem's samples ride in per_problem as a step's candidates do in its
-                # problem events, so the web app can show what a held-out problem's samples did.
-                report = evaluate(model, self.tokenizer, self.heldout_problems, self.config.sampling, samples=n,
-                                  ks=list(range(1, n + 1)), runner=self.runner, record=True,
-                                  reward=self.config.reward, timeout_s=self.config.sandbox.timeout_s)
+            # record: each problem's samples ride in per_problem as a step's candidates do in its
+            # problem events, so the web app can show what a held-out problem's samples did.
+            report = evaluate(self.engine, self.tokenizer, self.heldout_problems, self.config.sampling, samples=n,
+                              ks=list(range(1, n + 1)), runner=self.runner, record=True,
+                              reward=self.config.reward, timeout_s=self.config.sandbox.timeout_s)
             extra = {"per_problem": report["per_problem"]} if "per_problem" in report else {}
             self.events.eval(step, "heldout", report["pass@1"], report.get("pass@k", {}), **extra)
         self.accelerator.wait_for_everyone()
@@ -462,6 +479,8 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         if self._own_runner and self.runner is not None:
@@ -488,6 +507,20 @@ class Trainer:
             t = torch.tensor([1.0 if flag else 0.0], device=self.accelerator.device)
             flag = bool(self.accelerator.reduce(t, reduction="sum").item() > 0)
         return flag
+
+    def _make_engine(self) -> Any:
+        cfg = self.config
+        from training.generation import build_prompt
+
+        max_prompt = None
+        if cfg.sampling.engine == "vllm" and cfg.vllm.url is None and cfg.vllm.max_model_len is None:
+            thinking = cfg.sampling.thinking
+            max_prompt = max(len(self.tokenizer(build_prompt(p, self.tokenizer, cfg.sampling.prompt_style,
+                                                             thinking))["input_ids"])
+                             for p in self.train_problems + self.heldout_problems)
+        log = (lambda line: print(line, file=sys.stderr, flush=True)) if self.accelerator.is_main_process else None
+        return make_engine(cfg, self.accelerator.unwrap_model(self.model), self.tokenizer, run_dir=self.out_dir,
+                           chunks=self.rollout_chunks, stop=self.stop.requested, log=log, max_prompt_tokens=max_prompt)
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from training.config import DEFAULT_COMPLETION_STOP, SamplingConfig
-from training.generation import _cut, build_prompt, eos_token_ids, generate
+from training.generation import cut_completion, build_prompt, eos_token_ids, generate
 
 PROMPTS = ["def add(a, b):\n", "def is_even(n):\n    \"\"\"Return True when n is even.\"\"\"\n", "x = ["]
 
@@ -72,7 +72,7 @@ def test_top_k_zero_means_no_cut_even_when_the_checkpoint_says_otherwise(model, 
 def test_stop_string_inside_a_token_keeps_the_covering_token(tok):
     text = "    return x\n\ndef g():\n    pass"
     ids = tok(text, add_special_tokens=False)["input_ids"]
-    kept, kept_text, reason, sampled = _cut(ids, tok, DEFAULT_COMPLETION_STOP, {tok.eos_token_id}, tok.eos_token_id)
+    kept, kept_text, reason, sampled = cut_completion(ids, tok, DEFAULT_COMPLETION_STOP, {tok.eos_token_id}, tok.eos_token_id)
     assert (kept_text, reason, sampled) == ("    return x\n", "stop", len(ids))
     decoded = tok.decode(kept)
     assert decoded.startswith(kept_text)
@@ -83,13 +83,13 @@ def test_stop_string_inside_a_token_keeps_the_covering_token(tok):
 def test_eos_is_kept_as_the_last_completion_id_but_not_in_the_text(tok):
     eos = tok.eos_token_id
     ids = tok("    return a + b\n", add_special_tokens=False)["input_ids"]
-    kept, text, reason, sampled = _cut(ids + [eos, eos, eos], tok, DEFAULT_COMPLETION_STOP, {eos}, eos)
+    kept, text, reason, sampled = cut_completion(ids + [eos, eos, eos], tok, DEFAULT_COMPLETION_STOP, {eos}, eos)
     assert kept == ids + [eos] and text == "    return a + b\n" and reason == "eos" and sampled == len(ids) + 1
 
 
 def test_a_stop_at_the_very_start_still_keeps_one_token(tok):
     ids = tok("\ndef other():\n", add_special_tokens=False)["input_ids"]
-    kept, text, reason, _ = _cut(ids, tok, DEFAULT_COMPLETION_STOP, {tok.eos_token_id}, tok.eos_token_id)
+    kept, text, reason, _ = cut_completion(ids, tok, DEFAULT_COMPLETION_STOP, {tok.eos_token_id}, tok.eos_token_id)
     assert text == "" and reason == "stop" and len(kept) == 1
 
 

@@ -1,0 +1,108 @@
+"""Generation engines: the one door every sampler goes through.
+
+Training steps, dynamic-sampling rounds, held-out evaluation and the difficulty probe all sample
+through an ``Engine``. Two exist (``sampling.engine``):
+
+* ``hf`` (``HFEngine``): the trainer's own decoding loop over the policy in this process
+  (training/generation.py), one batched ``generate`` per chunk of prompts.
+* ``vllm`` (``VLLMEngine``): a vLLM OpenAI-compatible server, started for the run from the engine
+  environment (training/engines/vllm_server.py) or given by ``vllm.url``; after every optimizer step
+  the LoRA adapter is saved and hot-loaded into it (``sync``), so it samples the policy being trained.
+
+Whatever the engine, a call yields the same ``GenerationBatch`` shapes: the exact prompt and
+completion token ids (the trainer never re-tokenises text), the completion cut by the stop-string
+contract of training/generation.py, ``finish_reasons`` (so ``truncated``), and the sampler's per-token
+log-probs (``rollout/mismatch_kl``, ``ppo.tis_cap``).
+
+``stream`` yields pieces as they finish, each with the *slots* it fills (``slot = prompt * n + j``
+for sample ``j`` of prompt ``prompt``), so the rollout submits each piece's executions to the
+sandbox while the rest is still generating; ``collect`` gathers a whole call in slot order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from training.generation import GenerationBatch
+
+Piece = tuple[list[int], GenerationBatch]
+"""Slots filled and the sequences that fill them (``batch.prompt_index`` indexes the call's prompts)."""
+
+
+class EngineError(RuntimeError):
+    """The engine cannot sample: it did not start, died, or answered something unusable."""
+
+
+class Engine(Protocol):
+    name: str
+
+    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
+        """Sample ``n`` completions of every prompt; yield pieces as they finish (all slots, once each)."""
+        ...
+
+    def sync(self, model: Any) -> None:
+        """Make the engine sample from ``model``'s current weights (after an optimizer step, a resume)."""
+        ...
+
+    def describe(self) -> dict:
+        """``{name, version, url, dtype}``: the ``engine`` entry of the start event's ``runtime``."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> GenerationBatch:
+    """A whole ``stream`` call as one batch in slot order (grouped by prompt, as ``generate`` returns)."""
+    return merge_pieces(list(engine.stream(prompts, sampling, n=n, seed=seed)), prompts)
+
+
+def merge_pieces(pieces: Sequence[Piece], prompts: Sequence[str]) -> GenerationBatch:
+    if len(pieces) == 1 and pieces[0][0] == list(range(len(pieces[0][1]))):
+        batch = pieces[0][1]
+        batch.prompts = list(prompts)
+        return batch
+    rows: dict[int, tuple[GenerationBatch, int]] = {}
+    for slots, batch in pieces:
+        for row, slot in enumerate(slots):
+            rows[slot] = (batch, row)
+    out = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
+    for slot in sorted(rows):
+        batch, row = rows[slot]
+        out.prompt_ids.append(batch.prompt_ids[row])
+        out.completion_ids.append(batch.completion_ids[row])
+        out.texts.append(batch.texts[row])
+        out.prompt_index.append(batch.prompt_index[row])
+        out.finish_reasons.append(batch.finish_reasons[row])
+        out.generated_tokens.append(batch.generated_tokens[row])
+        if batch.sampler_logprobs:
+            out.sampler_logprobs.append(batch.sampler_logprobs[row])
+    return out
+
+
+def as_engine(model_or_engine: Any, tokenizer: Any, chunks: int = 1) -> Engine:
+    """An engine as is; a model wrapped in the ``hf`` engine (callers that hold a model keep working)."""
+    if hasattr(model_or_engine, "stream"):
+        return model_or_engine
+    from training.engines.hf import HFEngine
+
+    return HFEngine(model_or_engine, tokenizer, chunks=chunks)
+
+
+def make_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, chunks: int = 1,
+                stop: Any = None, log: Any = None, max_prompt_tokens: int | None = None) -> Engine:
+    """The engine ``config.sampling.engine`` names, ready to sample from ``model`` (``RunConfig``).
+
+    ``vllm`` without ``vllm.url`` starts a server for the run (its log in ``run_dir/engine/``); ``stop()``
+    returning true aborts the start (a cancel while the server loads); ``max_prompt_tokens`` sizes the
+    server's context when ``vllm.max_model_len`` is null.
+    """
+    if config.sampling.engine == "hf":
+        from training.engines.hf import HFEngine
+
+        return HFEngine(model, tokenizer, chunks=chunks)
+    from training.engines.vllm import start_vllm_engine
+
+    return start_vllm_engine(config, model, tokenizer, run_dir=run_dir, stop=stop, log=log,
+                             max_prompt_tokens=max_prompt_tokens)

