@@ -8,11 +8,12 @@ happen inside the commands, so ``schema`` and ``--help`` are instant.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 
 class UsageError(Exception):
@@ -255,10 +256,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from sandbox import Runner
     from training.evaluation import evaluate
 
+    from training.config import ModelConfig
+
     model, tokenizer = load_model(args.model, args.adapter, cfg.model.dtype)
-    with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
-        report = evaluate(model, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
+    with _sampler(cfg, model, tokenizer, ModelConfig(name_or_path=args.model, lora=None), problems) as sampler, \
+            Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
+                   timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+        report = evaluate(sampler, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
                           generator_seed=args.seed)
     if not args.per_problem:
         report.pop("per_problem", None)
@@ -322,9 +326,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     results = []
     try:
-        with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                    timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
-            for result in probe(policy.model, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
+        with _sampler(cfg, policy.model, policy.tokenizer, model_config, problems) as sampler, \
+                Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
+                       timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+            for result in probe(sampler, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
                                 seed=args.seed, timeout_s=cfg.sandbox.timeout_s, progress=progress):
                 results.append(result)
                 emit(result.to_dict())
@@ -334,6 +339,32 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if out is not None:
             out.close()
     return 0
+
+
+@contextlib.contextmanager
+def _sampler(cfg: Any, model: Any, tokenizer: Any, model_config: Any, problems: Sequence[Any]) -> Iterator[Any]:
+    """What eval and probe sample with: ``model`` itself (engine hf), or a vLLM server started for this
+    command (engine vllm; its log in a temporary directory, named in any error), stopped at the end."""
+    if cfg.sampling.engine == "hf":
+        yield model
+        return
+    import tempfile
+
+    from training.engines import EngineError, make_engine
+    from training.generation import build_prompt
+
+    prompt_tokens = max(len(tokenizer(build_prompt(p, tokenizer, cfg.sampling.prompt_style,
+                                                   cfg.sampling.thinking))["input_ids"]) for p in problems)
+    with tempfile.TemporaryDirectory(prefix="crucible-vllm-") as work:
+        try:
+            engine = make_engine(cfg, model, tokenizer, run_dir=work, max_prompt_tokens=prompt_tokens,
+                                 model_config=model_config, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except EngineError as e:
+            raise UsageError(f"sampling.engine: vllm: {e}") from None
+        try:
+            yield engine
+        finally:
+            engine.close()
 
 
 def load_model(name_or_path: str, adapter: str | None = None, dtype: str = "float32") -> tuple[Any, Any]:

@@ -91,12 +91,14 @@ def as_engine(model_or_engine: Any, tokenizer: Any, chunks: int = 1) -> Engine:
 
 
 def make_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, chunks: int = 1,
-                stop: Any = None, log: Any = None, max_prompt_tokens: int | None = None) -> Engine:
+                stop: Any = None, log: Any = None, max_prompt_tokens: int | None = None,
+                model_config: Any = None) -> Engine:
     """The engine ``config.sampling.engine`` names, ready to sample from ``model`` (``RunConfig``).
 
     ``vllm`` without ``vllm.url`` starts a server for the run (its log in ``run_dir/engine/``); ``stop()``
     returning true aborts the start (a cancel while the server loads); ``max_prompt_tokens`` sizes the
-    server's context when ``vllm.max_model_len`` is null.
+    server's context when ``vllm.max_model_len`` is null; ``model_config`` names what the server loads
+    when it is not ``config.model`` (the probe's model and adapters).
     """
     if config.sampling.engine == "hf":
         from training.engines.hf import HFEngine
@@ -105,4 +107,4 @@ def make_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, chunks
     from training.engines.vllm import start_vllm_engine
 
     return start_vllm_engine(config, model, tokenizer, run_dir=run_dir, stop=stop, log=log,
-                             max_prompt_tokens=max_prompt_tokens)
+                             max_prompt_tokens=max_prompt_tokens, model_config=model_config)

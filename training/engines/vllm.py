@@ -115,18 +115,25 @@ class VLLMEngine:
     # ------------------------------------------------------------------------------------- policy
 
     def sync(self, model: Any) -> None:
-        """Save ``model``'s LoRA adapter and hot-load it: the next request samples the new policy."""
+        """Save ``model``'s LoRA adapter and hot-load it: the next request samples the new policy.
+        A model without an adapter (evaluation, the probe: the base is what the server loaded) needs none."""
+        if not hasattr(model, "peft_config"):
+            return
         self.adapter_version += 1
         target = self.adapter_dir / f"v{self.adapter_version}"
         if target.exists():
             shutil.rmtree(target)
         model.save_pretrained(str(target))
-        self._post("/v1/load_lora_adapter", {"lora_name": ADAPTER_NAME, "lora_path": str(target),
-                                             "load_inplace": self.model_name == ADAPTER_NAME}, raw=True)
-        self.model_name = ADAPTER_NAME
+        self.load_adapter(target)
         previous = self.adapter_dir / f"v{self.adapter_version - 1}"
         if previous.exists():  # the server has read it; only the loaded one is kept
             shutil.rmtree(previous, ignore_errors=True)
+
+    def load_adapter(self, path: str | Path) -> None:
+        """Sample through the PEFT adapter in ``path`` from now on (replacing the one loaded before)."""
+        self._post("/v1/load_lora_adapter", {"lora_name": ADAPTER_NAME, "lora_path": str(path),
+                                             "load_inplace": self.model_name == ADAPTER_NAME}, raw=True)
+        self.model_name = ADAPTER_NAME
 
     def describe(self) -> dict:
         return {"name": self.name, "version": version(self.url), "url": self.url, "dtype": self.dtype,
@@ -164,21 +171,28 @@ def _slot_seed(seed: int, slot: int) -> int:
 
 
 def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, stop: Callable[[], bool] | None = None,
-                      log: Callable[[str], None] | None = None, max_prompt_tokens: int | None = None) -> VLLMEngine:
-    """The run's engine: its own server (``vllm.url`` null) or the given one, with the policy loaded."""
+                      log: Callable[[str], None] | None = None, max_prompt_tokens: int | None = None,
+                      model_config: Any = None) -> VLLMEngine:
+    """The run's engine: its own server (``vllm.url`` null) or the given one, sampling ``model``.
+
+    The server loads ``model_config`` (default ``config.model``: its base, with ``adapters`` merged); a
+    PEFT ``model`` (the policy being trained, or an evaluated adapter) has its adapter loaded too, and
+    ``sync`` reloads it after every update."""
     run_dir = Path(run_dir)
     engine_dir = run_dir / "engine"
     vcfg = config.vllm
+    model_config = model_config if model_config is not None else config.model
     dtype = "bfloat16" if vcfg.dtype == "auto" else vcfg.dtype
     server = None
     if vcfg.url is None:
-        base = _served_base(config, model, engine_dir)
+        base = _served_base(model_config, engine_dir)
         max_len = vcfg.max_model_len
         if max_len is None and max_prompt_tokens is not None:
             need = max_prompt_tokens + config.sampling.max_new_tokens
             max_len = min(_model_max_len(model) or need, -(-need // 256) * 256)
+        rank = _adapter_rank(model)
         server = VLLMServer.start(base, log_path=engine_dir / "vllm.log", dtype=dtype,
-                                  max_lora_rank=config.model.lora.r, max_model_len=max_len,
+                                  max_lora_rank=rank, max_model_len=max_len,
                                   gpu_memory_utilization=vcfg.gpu_memory_utilization,
                                   tensor_parallel_size=vcfg.tensor_parallel_size, seed=config.train.seed,
                                   stop=stop, log=log)
@@ -197,22 +211,28 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
     return engine
 
 
-def _served_base(config: Any, model: Any, engine_dir: Path) -> str:
+def _adapter_rank(model: Any) -> int | None:
+    """The LoRA rank of a PEFT ``model`` (the server's ``--max-lora-rank``); None: no adapter to serve."""
+    configs = getattr(model, "peft_config", None) or {}
+    return max((int(c.r) for c in configs.values() if getattr(c, "r", None)), default=None)
+
+
+def _served_base(model_config: Any, engine_dir: Path) -> str:
     """What the server loads: the run's base model, or, when ``model.adapters`` were merged into it at load,
     that merged base written once under ``engine/base`` (the server must start from the trainer's weights)."""
-    if not config.model.adapters:
-        return config.model.name_or_path
+    if not model_config.adapters:
+        return model_config.name_or_path
     target = engine_dir / "base"
     if not (target / "config.json").exists():
         from training.policy import load_tokenizer, merge_adapter
 
         from transformers import AutoModelForCausalLM
 
-        base = AutoModelForCausalLM.from_pretrained(config.model.name_or_path)
-        for adapter in config.model.adapters:
+        base = AutoModelForCausalLM.from_pretrained(model_config.name_or_path)
+        for adapter in model_config.adapters:
             base = merge_adapter(base, adapter)
         base.save_pretrained(str(target))
-        load_tokenizer(config.model.name_or_path).save_pretrained(str(target))
+        load_tokenizer(model_config.name_or_path).save_pretrained(str(target))
     return str(target)
 
 

@@ -72,7 +72,7 @@ class VLLMServer:
         self.log_path = log_path
 
     @classmethod
-    def start(cls, model: str, *, log_path: Path, dtype: str, max_lora_rank: int, max_model_len: int | None,
+    def start(cls, model: str, *, log_path: Path, dtype: str, max_lora_rank: int | None, max_model_len: int | None,
               gpu_memory_utilization: float, tensor_parallel_size: int, seed: int = 0,
               stop: Callable[[], bool] | None = None, log: Callable[[str], None] | None = None,
               timeout_s: float = START_TIMEOUT_S) -> "VLLMServer":
@@ -82,10 +82,11 @@ class VLLMServer:
         port = _free_port()
         args = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                 "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-                "--enable-lora", "--max-loras", "1", "--max-lora-rank", str(lora_rank(max_lora_rank)),
                 "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm", "--seed", str(seed),
                 "--gpu-memory-utilization", str(gpu_memory_utilization),
                 "--tensor-parallel-size", str(tensor_parallel_size)]
+        if max_lora_rank:  # adapters swapped at run time (VLLM_ALLOW_RUNTIME_LORA_UPDATING)
+            args += ["--enable-lora", "--max-loras", "1", "--max-lora-rank", str(lora_rank(max_lora_rank))]
         if max_model_len:
             args += ["--max-model-len", str(max_model_len)]
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", PYTHONUNBUFFERED="1",

@@ -1,0 +1,289 @@
+"""sampling.engine: vllm on the tiny Qwen3.5 with Qwen3.5-9B's 128-wide linear-attention heads (what vLLM's
+CPU gated-delta-rule kernel takes): a real vLLM server from the engine environment (`make vllm-env`).
+
+These run in `make test` (the Makefile builds the environment first); without it they fail under CI and
+are skipped elsewhere with the reason and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.conftest import PROBLEMS, tiny_run_config
+from training.engines.vllm_server import unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engine_environment():
+    reason = unavailable_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"the vLLM engine's tests must run in CI: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def wide_qwen3_5(tmp_path_factory) -> Path:
+    from training.tiny_model import build_tiny_model
+
+    return Path(build_tiny_model(tmp_path_factory.mktemp("tiny-wide") / "model", arch="qwen3_5",
+                                 linear_head_dim=128))
+
+
+@pytest.fixture(scope="module")
+def policy(wide_qwen3_5):
+    from training.config import ModelConfig
+    from training.policy import load_policy
+
+    torch.manual_seed(0)
+    p = load_policy(ModelConfig(name_or_path=str(wide_qwen3_5)), kl_coef=0.0)
+    for name, w in p.model.named_parameters():
+        if "lora_B" in name:  # an adapter that does something (PEFT starts it at zero)
+            w.data.normal_(0.0, 0.3)
+    return p
+
+
+@pytest.fixture(scope="module")
+def engine(policy, wide_qwen3_5, tmp_path_factory):
+    from training.engines import make_engine
+
+    cfg = tiny_run_config(wide_qwen3_5, Path("unused.jsonl"), sampling={"engine": "vllm"})
+    eng = make_engine(cfg, policy.model, policy.tokenizer, run_dir=tmp_path_factory.mktemp("engine"),
+                      max_prompt_tokens=64)
+    yield eng
+    eng.close()
+
+
+def _trainer_logprobs(model, batch, pad_id):
+    from training.policy import sequence_logprobs
+
+    t = batch.padded(pad_id)
+    c = t["completion_mask"].shape[1]
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(model, t["input_ids"], t["attention_mask"], c)  # (B, C)
+    return lp, t["completion_mask"].bool(), t["sampler_logprobs"]
+
+
+def _vllm_sequence_logprobs(engine, prompt_ids, completion_ids):
+    """vLLM's log-probs of a fixed completion after ``prompt_ids`` (prompt_logprobs of the whole sequence)."""
+    body = {"model": engine.model_name, "prompt": prompt_ids + completion_ids, "max_tokens": 1, "temperature": 1.0,
+            "prompt_logprobs": 0, "return_token_ids": True}
+    answer = engine._post("/v1/completions", body)
+    rows = answer["choices"][0]["prompt_logprobs"][len(prompt_ids):]
+    return torch.tensor([row[str(tok)]["logprob"] for row, tok in zip(rows, completion_ids)])
+
+
+def test_vllm_conditions_on_our_token_ids_and_cuts_by_our_stop_contract(engine, policy):
+    from training.config import SamplingConfig
+    from training.engines import collect
+    from training.generation import encode_prompts, eos_token_ids
+
+    sampling = SamplingConfig(max_new_tokens=24, stop=("e", "\n"))
+    prompts = ["def add(a, b):\n", "def neg(x):\n    return"]
+    batch = collect(engine, prompts, sampling, n=6, seed=3)
+    encoded = encode_prompts(policy.tokenizer, prompts, sampling)
+    assert len(batch) == 12 and batch.prompt_index == [0] * 6 + [1] * 6
+    eos = set(eos_token_ids(policy.model, policy.tokenizer))
+    for i in range(len(batch)):
+        assert batch.prompt_ids[i] == encoded[batch.prompt_index[i]]
+        ids, text = batch.completion_ids[i], batch.texts[i]
+        assert len(batch.sampler_logprobs[i]) == len(ids) and all(lp <= 0 for lp in batch.sampler_logprobs[i])
+        decoded = policy.tokenizer.decode(ids, skip_special_tokens=False)
+        assert "e" not in text and "\n" not in text
+        if batch.finish_reasons[i] == "stop":
+            assert decoded.startswith(text)  # cut where the stop string begins (a token holding it is kept)
+            shorter = policy.tokenizer.decode(ids[:-1], skip_special_tokens=False)
+            assert len(ids) == 1 or not shorter.startswith(text)  # and the shortest prefix that covers it
+        elif batch.finish_reasons[i] == "eos":
+            assert ids[-1] in eos
+        else:
+            assert len(ids) == 24 and batch.truncated[i]
+    assert {"stop"} <= set(batch.finish_reasons)  # 'e' and newlines are frequent in this vocabulary
+    again = collect(engine, prompts, sampling, n=6, seed=3)
+    assert again.completion_ids == batch.completion_ids  # seeded per candidate: repeatable
+
+
+def test_vllm_logprobs_match_the_trainers_and_move_with_the_adapter(engine, policy):
+    from training.config import SamplingConfig
+    from training.engines import collect
+
+    model, tok = policy.model, policy.tokenizer
+    sampling = SamplingConfig(max_new_tokens=16, stop=())
+    batch = collect(engine, ["def add(a, b):\n", "def fizzbuzz(n):\n"], sampling, n=4, seed=0)
+    trainer, mask, sampler = _trainer_logprobs(model, batch, tok.pad_token_id)
+    diff = (trainer - sampler).abs()[mask]
+    assert diff.max() < 0.1 and diff.mean() < 0.03  # bfloat16 sampling vs float32 scoring
+
+    # Several optimizer steps towards one sequence, then sync: vLLM's log-probs of a fixed sequence move
+    # with the adapter and land where the trainer's are.
+    prompt, target = batch.prompt_ids[0], batch.completion_ids[0]
+    before = _vllm_sequence_logprobs(engine, prompt, target)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=5e-3)
+    ids = torch.tensor([prompt + target])
+    for _ in range(4):
+        out = model(input_ids=ids).logits[0, len(prompt) - 1:-1].log_softmax(-1)  # (C, V)
+        loss = -out.gather(-1, torch.tensor(target)[:, None]).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    engine.sync(model)
+    after = _vllm_sequence_logprobs(engine, prompt, target)
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float().log_softmax(-1)
+    expected = expected.gather(-1, torch.tensor(target)[:, None]).squeeze(-1)  # (C,)
+    assert (after - before).abs().mean() > 0.3  # the adapter really changed what vLLM computes
+    assert (after - expected).abs().max() < 0.15 and (after - expected).abs().mean() < 0.05
+    assert sorted(p.name for p in engine.adapter_dir.iterdir()) == [f"v{engine.adapter_version}"]
+
+
+def test_without_the_engine_environment_the_start_is_refused_with_the_fix(monkeypatch, tmp_path):
+    from training.engines import EngineError
+    from training.engines.vllm_server import VLLMServer
+
+    monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(tmp_path / "nope" / "bin" / "python"))
+    reason = unavailable_reason()
+    assert "make vllm-env" in reason and "CRUCIBLE_VLLM_PYTHON" in reason
+    with pytest.raises(EngineError, match="make vllm-env"):
+        VLLMServer.start("m", log_path=tmp_path / "log", dtype="bfloat16", max_lora_rank=8, max_model_len=None,
+                         gpu_memory_utilization=0.4, tensor_parallel_size=1)
+
+
+def test_a_full_fine_tune_with_vllm_is_refused_naming_the_field():
+    from training.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError, match="sampling.engine"):
+        config_from_dict({"sampling": {"engine": "vllm"}, "model": {"lora": None}})
+
+
+# ---------------------------------------------------------------------------------- whole runs (CLI)
+
+def _vllm_processes(marker: str) -> list[int]:
+    """Live processes whose command line names ``marker`` (the run's model directory) and vLLM."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd and "vllm" in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+def _gone(marker: str, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _vllm_processes(marker):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _run_cli(*args, **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "training", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _events(run: Path) -> list[dict]:
+    from training.events import read_events
+
+    return read_events(run / "events.jsonl") if (run / "events.jsonl").exists() else []
+
+
+def _wait_for(predicate, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def run_config(tmp_path, wide_qwen3_5):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+
+    def write(**train) -> Path:
+        cfg = {"model": {"name_or_path": str(wide_qwen3_5)}, "problems": str(problems),
+               "sampling": {"problems_per_step": 2, "candidates_per_problem": 4, "max_new_tokens": 16,
+                            "engine": "vllm"},
+               "ppo": {"learning_rate": 1e-3}, "sandbox": {"workers": 2},
+               "train": {"steps": 2, "eval_every": 0, "eval_samples": 2, "checkpoint_every": 0, **train}}
+        path = tmp_path / "run.yaml"
+        path.write_text(json.dumps(cfg))
+        return path
+    return write
+
+
+def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_server(tmp_path, run_config,
+                                                                                      wide_qwen3_5):
+    marker = str(wide_qwen3_5)
+    run = tmp_path / "run"
+    proc = _run_cli("run", "--config", str(run_config(steps=2)), "--out", str(run), "--no-progress")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    events = _events(run)
+    start = events[0]
+    assert start["runtime"]["engine"]["name"] == "vllm" and start["runtime"]["engine"]["version"]
+    assert start["runtime"]["engine"]["dtype"] == "bfloat16"
+    assert Path(start["runtime"]["engine"]["log"]).name == "vllm.log"
+    steps = [e for e in events if e["event"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2]
+    for s in steps:
+        m = s["metrics"]
+        assert m["tokens_per_s"] > 0 and m["time/sync_s"] >= 0
+        assert 0 < m["rollout/logprob_diff_max"] < 0.5  # bfloat16 sampler vs float32 trainer: seen, small
+    assert [e["step"] for e in events if e["event"] == "eval"] == [0, 2]
+    assert [e["event"] for e in events][-2:] == ["checkpoint", "done"] and events[-1]["status"] == "succeeded"
+    assert _gone(marker, 5)
+
+    # resume: two more steps from the step-2 checkpoint, numbered on
+    proc = _run_cli("run", "--config", str(run_config(steps=4)), "--out", str(run), "--resume", "--no-progress")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    events = _events(run)
+    restart = max(i for i, e in enumerate(events) if e["event"] == "start")
+    assert events[restart]["resumed_from"] == 2
+    assert [e["step"] for e in events[restart:] if e["event"] == "step"] == [3, 4]
+    assert _gone(marker, 5)
+
+    proc = _run_cli("export", "--adapter", str(run / "checkpoints" / "step-4"), "--out", str(tmp_path / "merged"))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert (tmp_path / "merged" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill", "stop-while-starting"])
+def test_no_vllm_process_outlives_its_run(tmp_path, run_config, wide_qwen3_5, how):
+    marker = str(wide_qwen3_5)
+    run = tmp_path / "run"
+    proc = _run_cli("run", "--config", str(run_config(steps=50)), "--out", str(run), "--no-progress")
+    try:
+        if how == "stop-while-starting":
+            _wait_for(lambda: (run / "engine" / "vllm.log").exists() and _vllm_processes(marker))
+            (run / "STOP").touch()
+        else:
+            _wait_for(lambda: any(e["event"] == "step" for e in _events(run)))
+            assert _vllm_processes(marker)
+            proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _gone(marker, 60), f"vLLM processes left after {how}: {_vllm_processes(marker)}"
+    if how != "sigkill":
+        done = _events(run)[-1]
+        assert done["event"] == "done" and done["status"] == "cancelled"
