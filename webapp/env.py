@@ -31,6 +31,8 @@ VARIABLES = {
     "CRUCIBLE_UPLOAD_MAX_EXPANDED_MB": "most MiB a .jsonl.gz upload may decompress to (default 512)",
     "CRUCIBLE_UPLOAD_INLINE_MB": "uploads whose text is at most this many MiB are imported in the request; larger ones by a sandbox worker, with progress (default 2)",
     "DEBUG": "1 to enable Django debug pages (local only; default 0)",
+    "CRUCIBLE_VLLM_PYTHON": "python of the vLLM engine environment the gpu worker starts servers from (sampling.engine: vllm); default .venv-vllm/bin/python, which make vllm-env and make test create",
+    "CRUCIBLE_VLLM_URLS": "comma-separated vLLM servers a web user may name as vllm.url (default none: runs with engine vllm start their own)",
     "CRUCIBLE_PASSWORD": "password for manage.py create_user (read instead of --password, which the process list shows)",
 }
 

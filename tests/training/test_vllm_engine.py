@@ -239,7 +239,7 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
     start = events[0]
     assert start["runtime"]["engine"]["name"] == "vllm" and start["runtime"]["engine"]["version"]
     assert start["runtime"]["engine"]["dtype"] == "bfloat16"
-    assert Path(start["runtime"]["engine"]["log"]).name == "vllm.log"
+    assert start["runtime"]["engine"]["log"] == "engine/vllm.log" and (run / "engine" / "vllm.log").exists()
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
     for s in steps:

@@ -37,6 +37,8 @@ MAX_IN_FLIGHT = 256
 """Most requests open at once (vLLM queues the rest of a step's candidates itself)."""
 REQUEST_TIMEOUT_S = 3600.0
 MAX_API_STOPS = 4
+ENGINE_LOG = "engine/vllm.log"
+"""The server's log, relative to the run directory (the start event names it so, never by server path)."""
 
 
 class VLLMEngine:
@@ -137,7 +139,7 @@ class VLLMEngine:
 
     def describe(self) -> dict:
         return {"name": self.name, "version": version(self.url), "url": self.url, "dtype": self.dtype,
-                "log": str(self.server.log_path) if self.server else None}
+                "log": ENGINE_LOG if self.server else None}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -191,7 +193,7 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
             need = max_prompt_tokens + config.sampling.max_new_tokens
             max_len = min(_model_max_len(model) or need, -(-need // 256) * 256)
         rank = _adapter_rank(model)
-        server = VLLMServer.start(base, log_path=engine_dir / "vllm.log", dtype=dtype,
+        server = VLLMServer.start(base, log_path=run_dir / ENGINE_LOG, dtype=dtype,
                                   max_lora_rank=rank, max_model_len=max_len,
                                   gpu_memory_utilization=vcfg.gpu_memory_utilization,
                                   tensor_parallel_size=vcfg.tensor_parallel_size, seed=config.train.seed,

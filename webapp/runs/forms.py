@@ -20,6 +20,7 @@ from .services import validate_config
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
     ("Reward", "reward"), ("Truncated replies (reward.overlong)", "reward.overlong"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
+    ("vLLM server (when sampling.engine is vllm)", "vllm"),
     ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
@@ -137,7 +138,7 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
     if base == "number":
         return forms.FloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
                                 validators=validators, **common)
-    return forms.CharField(required=not nullable, **common)
+    return forms.CharField(required=not nullable, empty_value=None if nullable else "", **common)
 
 
 def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[str, forms.Field, Any]]:

@@ -47,6 +47,9 @@ def runtime_rows(start: dict | None) -> dict | None:
     if isinstance(kernels, dict) and kernels:
         rows.append(("kernels", " · ".join(f"{KERNEL_LABELS.get(k, k.replace('_', ' '))}: {kernel_text(k, v)}"
                                            for k, v in kernels.items())))
+    engine = runtime.get("engine")
+    if isinstance(engine, dict) and engine.get("name"):
+        rows.append(("engine", engine_text(engine)))
     versions = [f"{name} {runtime[name] or 'not installed'}" for name in ("torch", "transformers", "peft", "accelerate")
                 if name in runtime]
     if versions:
@@ -56,7 +59,19 @@ def runtime_rows(start: dict | None) -> dict | None:
         rows.append(("difficulty filter", f"left out {dropped.get('unsolved', 0)} never-solved and "
                                           f"{dropped.get('solved', 0)} always-solved problems"))
     warnings = [str(w) for w in runtime.get("warnings") or [] if w]
-    return {"rows": rows, "warnings": warnings}
+    engine_log = isinstance(engine, dict) and bool(engine.get("log"))
+    return {"rows": rows, "warnings": warnings, "engine_log": engine_log}
+
+
+def engine_text(engine: dict) -> str:
+    """{"name": "vllm", "version": "0.32.0", "dtype": "bfloat16", ...} -> "vLLM 0.32.0 · bfloat16 · own server"."""
+    if engine.get("name") == "hf":
+        return "hf (the trainer's own decoding loop)"
+    parts = [f"vLLM {engine.get('version') or '(version unknown)'}"]
+    if engine.get("dtype"):
+        parts.append(str(engine["dtype"]))
+    parts.append("server started for this run" if engine.get("log") else f"server {engine.get('url')}")
+    return " · ".join(parts)
 
 
 def layer_mix(layer_types) -> str:

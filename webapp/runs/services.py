@@ -34,6 +34,7 @@ from training.config import (ConfigError, RunConfig, check_ceilings, config_from
 from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
 
+from .engines import check_engine
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
 from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 from .runtime import step_message_extras
@@ -87,6 +88,7 @@ def validate_config(config: dict, user) -> dict:
         raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
                                             "your run as run:<id>/step-<n>; leave model.adapters out")
     resolve_model(full["model"]["name_or_path"], user)
+    check_engine(full)
     return full
 
 

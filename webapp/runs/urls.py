@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<int:run_id>/resume", views.run_resume, name="run-resume"),
     path("runs/<int:run_id>/config.yaml", views.run_config_yaml, name="run-config-yaml"),
     path("runs/<int:run_id>/runtime", views.run_runtime, name="run-runtime"),
+    path("runs/<int:run_id>/engine-log", views.run_engine_log, name="run-engine-log"),
     path("runs/<int:run_id>/integrity", views.run_integrity, name="run-integrity"),
     path("runs/<int:run_id>/problems/<path:problem_id>/candidates", views.run_candidates, name="run-candidates"),
 ]

@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 from dataclasses import fields
+from pathlib import Path
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -173,7 +174,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/detail.html", {
         "run": run, "state": state, "headline": queries.headline(run_evals),
         "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
-        "runtime": runtime.runtime_rows(runtime.latest_start(run)), "integrity": integrity.panel(run),
+        "runtime": runtime.runtime_rows(runtime.latest_start(run)), "run_id": run.pk,
+        "integrity": integrity.panel(run),
         "whatif": rescore.panel_context(run),
     })
 
@@ -191,7 +193,29 @@ def run_config_yaml(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_runtime(request: HttpRequest, run_id: int) -> HttpResponse:
     """HTML fragment: the runtime panel (the page fetches it when a live ``start`` event arrives)."""
     run = _run(request, run_id)
-    return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run))})
+    return render(request, "runs/_runtime.html", {"runtime": runtime.runtime_rows(runtime.latest_start(run)),
+                                                  "run_id": run.pk})
+
+
+ENGINE_LOG_BYTES = 64 * 1024
+
+
+@require_GET
+def run_engine_log(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The newest 64 KiB of the run's vLLM server log (``RUN_DIR/engine/vllm.log``) as plain text."""
+    run = _run(request, run_id)
+    path = Path(run.path) / "engine" / "vllm.log"
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - ENGINE_LOG_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        raise Http404("this run has no engine log (its engine is hf, or its server has not started)")
+    if size > ENGINE_LOG_BYTES:
+        text = f"[... {size - ENGINE_LOG_BYTES} earlier bytes left out]\n" + text.split("\n", 1)[-1]
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
 @require_GET

@@ -164,6 +164,7 @@ MODELS_DIR = DATA_DIR / "models"
 PROBLEM_SETS_DIR = DATA_DIR / "problem-sets"  # per set: probes/<id>/ (the difficulty probes' files)
 PROBE_MAX_SAMPLES = env.get_int("CRUCIBLE_PROBE_MAX_SAMPLES", 64, minimum=1, maximum=1024)
 HF_OFFLINE = env.get_bool("CRUCIBLE_HF_OFFLINE", False)
+VLLM_URLS = [u.rstrip("/") for u in env.get_list("CRUCIBLE_VLLM_URLS", [])]  # servers a web run may name as vllm.url
 GPU_COUNT = env.get_int("CRUCIBLE_GPUS_PER_RUN", 1, minimum=1, maximum=64)
 CONFIG_CEILINGS = env.config_ceilings()  # {"train.steps": N, ...}: this server's limits on a web-sent run
 

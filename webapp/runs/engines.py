@@ -1,0 +1,25 @@
+"""Whether a run's generation engine can run here, checked when the run is created (not minutes later in
+the worker): ``sampling.engine: vllm`` needs the engine environment on this host, or a ``vllm.url`` that
+the operator lists in ``CRUCIBLE_VLLM_URLS`` (a web user never points the trainer at an address of their
+choosing: the trainer would send it requests and adapter paths)."""
+from __future__ import annotations
+
+from django.conf import settings
+
+from training.config import ConfigError
+from training.engines.vllm_server import unavailable_reason
+
+
+def check_engine(full: dict) -> None:
+    """Raise ``ConfigError`` naming the field when ``full`` (a merged run config) asks for an engine this
+    server cannot give it."""
+    url = (full.get("vllm") or {}).get("url")
+    if url is not None and url.rstrip("/") not in settings.VLLM_URLS:
+        listed = ", ".join(settings.VLLM_URLS) or "none are listed"
+        raise ConfigError("vllm.url", f"must be one of the vLLM servers this deployment offers (CRUCIBLE_VLLM_URLS: "
+                                      f"{listed}); leave it null to let the run start its own server")
+    if full["sampling"]["engine"] != "vllm" or url is not None:
+        return
+    reason = unavailable_reason()
+    if reason:
+        raise ConfigError("sampling.engine", f"vllm cannot start on this server: {reason}; or use engine: hf")
