@@ -9,7 +9,8 @@
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
   the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
-  ``mismatch_warning``, see ``runtime.step_message_extras``).
+  ``mismatch_warning``, see ``runtime.step_message_extras``). The stored and broadcast copy of a
+  ``problem`` or ``eval`` event is its summary (``event_summary``): candidates live in their rows.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
 from webapp.core.text import name_problem
 
+from .event_summary import summarize
 from .model_refs import WEB_DEFAULT_MODEL, check_hub_model, resolve_model
 from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 from .runtime import step_message_extras
@@ -254,9 +256,9 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
             if RunEvent.objects.filter(run=run, seq=seq).exists():
                 created = False
             else:
-                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=event)
+                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=summarize(event))
                 created = True
-                _apply(run, kind, step, event)
+                _apply(run, kind, step, event)  # the whole event: candidates become their rows here
             updates = {"heartbeat": timezone.now()}
             if offset is not None:
                 updates.update(events_offset=offset, events_seq=seq + 1)
@@ -281,7 +283,8 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if kind == "start" and run.status == "running":
         notify_status(run)
     if broadcast:
-        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq, **step_message_extras(event, run.config)})
+        broadcast_event(run.pk, {**summarize(event), "run_id": run.pk, "seq": seq,
+                                 **step_message_extras(event, run.config)})
     return True
 
 
