@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import weakref
 from urllib.parse import parse_qs
 
@@ -33,9 +34,12 @@ HELD_MAX = 1000
 """Live events held while a replay runs; past that the replay reads them from the log instead."""
 SEND_SLICE = 20
 """Messages a replay sends before it lets the event loop serve others (HTTP requests, live events)."""
-REPLAYS_SENDING = 4
+REPLAYS_SENDING = 1
 """Replays of one process that send a page at the same time; the others wait their turn. Twenty
 replays sending at once kept the loop so busy that each HTTP request waited behind their pages."""
+REPLAY_SHARE = 0.5
+"""Most of the event loop's time that sending replay pages takes: after a page that took t seconds to
+send, its sender keeps the turn idle for t * (1 - share) / share, which the loop spends on requests."""
 _sending: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
 
 
@@ -159,12 +163,14 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         while True:
             page = await _replay_page(self.run_id, cursor, since)
             async with _sending_turn():
+                started = time.monotonic()
                 for i, (seq, kind, text) in enumerate(page):
                     if seq > self.last_seq:
                         await self.send(text_data=replay_message(self.run_id, seq, kind, text, self.config))
                         self.last_seq = seq
                     if i % SEND_SLICE == SEND_SLICE - 1:
                         await asyncio.sleep(0)
+                await asyncio.sleep((time.monotonic() - started) * (1 - REPLAY_SHARE) / REPLAY_SHARE)
             if page:
                 cursor = page[-1][0]
             if len(page) < REPLAY_PAGE:
