@@ -378,6 +378,9 @@ def replay_once(run, expected: int, data_dir: str, clients: int, api_clients: in
         alone = sorted(ms for _ in pollers for ms, _ in out.get(timeout=60))
         for p in pollers:
             p.join(30)
+        t0 = time.monotonic()
+        single = asyncio.run(_replayer(port, run.pk, token, expected))
+        single_s = time.monotonic() - t0
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         stop, out = ctx.Event(), ctx.Queue()
@@ -403,8 +406,8 @@ def replay_once(run, expected: int, data_dir: str, clients: int, api_clients: in
         os.killpg(daphne.pid, 15)
         daphne.wait(15)
     times = sorted(ms for ms, _ in api)
-    return {"clients": clients, "events": expected, "complete_in_order": all(ok for _, ok in results),
-            "replay_s": replay_s, "idle_mb": idle, "peak_mb": peak[0], "after_mb": after,
+    return {"load_avg": os.getloadavg()[0], "clients": clients, "events": expected, "complete_in_order": all(ok for _, ok in results) and single[1],
+            "replay_s": replay_s, "single_replay_s": single_s, "idle_mb": idle, "peak_mb": peak[0], "after_mb": after,
             "peak_ratio": peak[0] / idle, "api_requests": len(api), "api_errors": sum(not ok for _, ok in api),
             "api_p50_ms": statistics.median(times), "api_p99_ms": times[int(0.99 * (len(times) - 1))],
             "api_alone_p50_ms": statistics.median(alone), "api_alone_p99_ms": alone[int(0.99 * (len(alone) - 1))]}
@@ -465,7 +468,8 @@ def write_replay_results(replay: dict) -> str:
         r = replay[label]
         rows.append(f"| {what} | {r['events']} events, {r['stored_mb']:.1f} MiB | {r['idle_mb']:.0f} MiB | "
                     f"{r['peak_mb']:.0f} MiB (**{r['peak_ratio']:.2f}x**) | {r['after_mb']:.0f} MiB | "
-                    f"{r['replay_s']:.1f} s | {'yes' if r['complete_in_order'] else 'NO'} | "
+                    f"{r['replay_s']:.1f} s (one client alone: {r['single_replay_s']:.1f} s) | "
+                    f"{'yes' if r['complete_in_order'] else 'NO'} | "
                     f"{r['api_p50_ms']:.0f} / **{r['api_p99_ms']:.0f}** ms ({r['api_requests']} requests, "
                     f"{r['api_errors']} errors) | {r['api_alone_p50_ms']:.0f} / {r['api_alone_p99_ms']:.0f} ms |")
     s = replay["summarized"]
@@ -480,7 +484,8 @@ def write_replay_results(replay: dict) -> str:
         f"({replay['problems_per_step'] * replay['candidates_per_problem']} per step; each candidate with code, 5 "
         "per-test results and a few KiB of streams, as the trainer writes them); "
         f"{s['clients']} websocket clients replay it at once from a fresh daphne (each receives every event, "
-        "checked in order) while 4 API clients poll `/api/runs/{id}`, `/metrics`, `/problems` and `/api/runs`.",
+        "checked in order) while 4 API clients poll `/api/runs/{id}`, `/metrics`, `/problems` and `/api/runs`. "
+        f"The machine is shared: load average {s['load_avg']:.1f} at the end of the first row.",
         "",
         "| stored log | replayed | daphne idle RSS | peak RSS (x idle) | RSS after | replay wall | every event once, in order | API p50 / p99 meanwhile | API p50 / p99 alone (before) |",
         "|---|---|---|---|---|---|---|---|---|",
