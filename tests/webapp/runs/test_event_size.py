@@ -196,3 +196,32 @@ async def test_a_replay_stops_reading_when_the_client_goes(pages, monkeypatch):
     await asyncio.sleep(0.5)
     assert len(pages) <= read_when_gone + 1  # at most the page in flight
     assert len(pages) < 90 // 7
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_live_events_past_the_held_bound_are_read_from_the_log_not_lost(pages, monkeypatch):
+    from webapp.runs.services import broadcast_event
+
+    monkeypatch.setattr(consumers, "HELD_MAX", 2)
+    _, run, token = await sync_to_async(setup_run)()
+    total = await sync_to_async(store_log)(run, 5)
+    read = consumers._replay_page
+
+    burst = []
+
+    async def page_with_a_burst(*args):  # five steps arrive just after the replay read its last page
+        page = await read(*args)
+        if len(page) < consumers.REPLAY_PAGE and not burst:
+            burst.append(len(pages))
+            for i in range(5):
+                await sync_to_async(ingest_event)(run, step_event(6 + i), seq=total + i)
+            await sync_to_async(broadcast_event)(run.pk, {"event": "status", "run_id": run.pk, "status": "running"})
+        return page
+
+    monkeypatch.setattr(consumers, "_replay_page", page_with_a_burst)
+    communicator, connected, _ = await connect(run, token)
+    received = await receive_all(communicator, timeout=0.5)
+    assert [m["seq"] for m in received if "seq" in m] == list(range(total + 5))
+    assert [m["event"] for m in received if "seq" not in m] == ["status"]
+    assert len(pages) > burst[0]  # the dropped ones came from another read of the log
+    await communicator.disconnect()
