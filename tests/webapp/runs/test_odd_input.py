@@ -240,3 +240,17 @@ def test_a_run_with_ordinary_odd_but_valid_values_still_launches(api, problem_se
     config = {**TINY_OVERRIDES, "sampling": {**TINY_OVERRIDES["sampling"], "stop": ["\n\n", "\t#", "é"]}}
     r = post_run(api, problem_set, config, name="ünïcödé run — fine")
     assert r.status_code == 201, r.content
+
+
+@pytest.mark.django_db
+def test_a_trainer_event_holding_lone_surrogates_is_stored_with_replacement_characters(run):
+    from webapp.runs.models import Candidate
+    from webapp.runs.services import ingest_event
+
+    from .conftest import problem_event
+
+    event = problem_event(1, problem_id="p\ud800")
+    event["candidates"][0]["code"] = "print('\udcff')\n"  # as json.loads reads "\\udcff" from events.jsonl
+    assert ingest_event(run, event, seq=0)
+    candidate = Candidate.objects.get(run=run, index=0)
+    assert candidate.code == "print('\ufffd')\n" and candidate.problem_id == "p\ufffd"
