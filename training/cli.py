@@ -141,6 +141,15 @@ def check_model_path(name_or_path: str) -> None:
         raise UsageError(f"model.name_or_path: model path not found: {name_or_path}{hint}")
 
 
+def check_sandbox_backend(name: str) -> None:
+    """Refuse a backend that cannot run here before the model loads (it would fail at the first execution)."""
+    from sandbox.backends import unavailable_reason
+
+    reason = unavailable_reason(name)
+    if reason is not None:
+        raise UsageError(f"sandbox.backend: {name} is not available on this machine: {reason}")
+
+
 def check_adapter_paths(adapters: tuple[str, ...]) -> None:
     for adapter in adapters:
         if not (Path(adapter).expanduser() / "adapter_config.json").is_file():
@@ -197,6 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config_for_run(args)
     check_model_path(cfg.model.name_or_path)
     check_adapter_paths(cfg.model.adapters)
+    check_sandbox_backend(cfg.sandbox.backend)
     train_problems = [p for p in load_problems_or_fail(cfg.problems) if p.split == "train"]
     if not train_problems:
         raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on")

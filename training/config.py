@@ -54,6 +54,10 @@ MAX_STEPS = 1_000_000
 """Upper bound of step counts (a million RL steps is far past any real run; 2**63 overflowed)."""
 MAX_BATCH = 4096 * 1024
 """Most candidates in one step: problems_per_step x candidates_per_problem at their bounds."""
+MAX_PATH = 4096
+"""Longest path or model name (Linux's PATH_MAX); longer ones cannot name anything."""
+MAX_WEIGHT = 1000.0
+"""Largest reward weight: only the ratios matter when normalized, and 1e308 overflowed their sum."""
 
 # Completion-style prompts end with a signature + docstring; the model should write only the body,
 # so anything that starts a new top-level statement ends the candidate.
@@ -73,13 +77,14 @@ class ConfigError(ValueError):
 
 
 def _field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge=None, gt=None,
-           le=None, lt=None, choices=None, recommended=None, below=None) -> Any:
+           le=None, lt=None, choices=None, recommended=None, below=None, max_length=None, max_items=None) -> Any:
     """A dataclass field whose bounds/choices drive both validation and the JSON schema.
 
     ``below`` says why a value under the lower bound cannot work; the error for such a value ends with it.
+    ``max_length`` bounds a string (each string of a list); ``max_items`` the entries of a list.
     """
-    meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, choices=choices,
-                                   recommended=recommended, below=below).items() if v is not None}
+    meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, choices=choices, recommended=recommended,
+                                   below=below, max_length=max_length, max_items=max_items).items() if v is not None}
     if factory is not dataclasses.MISSING:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -108,6 +113,7 @@ def _check_bounds(value: Any, f: dataclasses.Field) -> None:
     if value is None or isinstance(value, bool):
         return
     m = f.metadata
+    _check_lengths(value, f.name, m)
     # A list field with choices (reward.penalize_flags) checks each of its items.
     for item in (value if isinstance(value, tuple) and "choices" in m else (value,)):
         if "choices" in m and item not in m["choices"]:
@@ -122,6 +128,28 @@ def _check_bounds(value: Any, f: dataclasses.Field) -> None:
         if not ok:
             raise ConfigError(f.name, f"must be {_range_text(m)}; got {value!r}" + _below_text(m, value)
                               + _recommend_text(m))
+
+
+def _check_lengths(value: Any, name: str, m: typing.Mapping) -> None:
+    """``max_items`` of a list, ``max_length`` of a string or of each string of a list."""
+    if isinstance(value, tuple) and "max_items" in m and len(value) > m["max_items"]:
+        raise ConfigError(name, f"must have at most {m['max_items']} entries; got {len(value)}")
+    for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
+        if isinstance(item, str) and "max_length" in m and len(item) > m["max_length"]:
+            where = f" (entry {i})" if isinstance(value, tuple) else ""
+            raise ConfigError(name, f"must be at most {m['max_length']} characters long{where}; "
+                                    f"got {len(item)}: {item[:40]!r}...")
+
+
+def _check_text(value: str, path: str) -> str:
+    """``value`` when it is text UTF-8 can carry; a lone surrogate (``"\\ud800"``, valid JSON) is refused
+    here rather than failing later where the config is written or stored."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(path, f"must be valid Unicode text; got a lone surrogate {value[e.start]!r} at "
+                                f"character {e.start} of {value[:40]!r}") from None
+    return value
 
 
 def _range_text(m: dict) -> str:
@@ -157,7 +185,7 @@ class LoraConfig(_Section):
     """LoRA scaling numerator: the update is scaled by alpha / r."""
     dropout: float = _field(0.0, ge=0.0, lt=1.0)
     """Dropout on the LoRA branch during training (0 keeps rollouts and updates consistent)."""
-    target_modules: str | tuple[str, ...] = "all-linear"
+    target_modules: str | tuple[str, ...] = _field("all-linear", max_items=256, max_length=256)
     """Modules that get adapters: "all-linear" or a list of module names such as [q_proj, v_proj]."""
 
     def _check(self) -> None:
@@ -171,7 +199,7 @@ class LoraConfig(_Section):
 class ModelConfig(_Section):
     """The policy model: where it comes from and how it is trained."""
 
-    name_or_path: str = "var/models/tiny"
+    name_or_path: str = _field("var/models/tiny", max_length=MAX_PATH)
     """Hugging Face hub id or local directory of the base causal LM (and its tokenizer)."""
     dtype: str = _field("float32", choices=DTYPES)
     """Weights dtype: float32 on CPU, bfloat16 on GPU; auto uses the checkpoint's own dtype."""
@@ -179,7 +207,7 @@ class ModelConfig(_Section):
     """LoRA adapter settings; null trains every weight (full fine-tune)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower)."""
-    adapters: tuple[str, ...] = ()
+    adapters: tuple[str, ...] = _field((), max_items=64, max_length=MAX_PATH)
     """PEFT adapter directories merged into the base, in order, before training (continuing a LoRA run)."""
 
     def _check(self) -> None:
@@ -209,7 +237,7 @@ class SamplingConfig(_Section):
     """Keep only the k most likely tokens; 0 = no top-k cut (plain sampling)."""
     prompt_style: str = _field("completion", choices=PROMPT_STYLES)
     """completion: the model continues the problem's prompt; chat: chat template, code in a fenced block."""
-    stop: tuple[str, ...] | None = None
+    stop: tuple[str, ...] | None = _field(None, max_items=64, max_length=256)
     """Strings that end a completion (cut before the first one); null = default for the prompt style."""
     thinking: bool = False
     """Thinking chat models (Qwen3, Qwen3.5): let the model reason first (the chat template's enable_thinking);
@@ -242,15 +270,15 @@ class SamplingConfig(_Section):
 class RewardWeights(_Section):
     """Weight of each reward dimension; each dimension is a score in [0, 1]."""
 
-    pass_rate: float = _field(0.6, ge=0.0)
+    pass_rate: float = _field(0.6, ge=0.0, le=MAX_WEIGHT)
     """Weight of the fraction of tests passed."""
-    syntax: float = _field(0.15, ge=0.0)
+    syntax: float = _field(0.15, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'the code parses / compiles'."""
-    efficiency: float = _field(0.1, ge=0.0)
+    efficiency: float = _field(0.1, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'runtime within a reasonable share of the time limit'."""
-    conciseness: float = _field(0.05, ge=0.0)
+    conciseness: float = _field(0.05, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'length within a reasonable range of the reference or group'."""
-    format: float = _field(0.1, ge=0.0)
+    format: float = _field(0.1, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'output follows the required format (fence, entry point, stdio use)'."""
 
     def _check(self) -> None:
@@ -396,7 +424,7 @@ class TrainConfig(_Section):
 class SandboxConfig(_Section):
     """Where and how candidates are executed."""
 
-    backend: str = "process"
+    backend: str = _field("process", max_length=64)
     """Execution backend of the sandbox (see `python -m sandbox run --help`)."""
     workers: int = _field(2, ge=1, le=256)
     """Parallel executions."""
@@ -445,7 +473,7 @@ class VLLMConfig(_Section):
 class DifficultyConfig(_Section):
     """Train problems left out at launch by the pass rates of a difficulty probe (`python -m training probe`)."""
 
-    probe: str | None = None
+    probe: str | None = _field(None, max_length=MAX_PATH)
     """Output file of `python -m training probe` whose pass rates the rules below read; null = no filter."""
     drop_unsolved: bool = False
     """Leave out train problems the probe never solved (pass rate 0): every group of theirs has zero reward variance."""
@@ -468,7 +496,7 @@ class RunConfig(_Section):
 
     model: ModelConfig = _field(factory=ModelConfig)
     """The policy model and how it is trained (LoRA or full)."""
-    problems: str = "data/demo/problems.jsonl"
+    problems: str = _field("data/demo/problems.jsonl", max_length=MAX_PATH)
     """Problem file (native JSONL, HumanEval, MBPP, APPS, CodeContests; .jsonl or .jsonl.gz)."""
     sampling: SamplingConfig = _field(factory=SamplingConfig)
     """How candidates are sampled."""
@@ -596,9 +624,11 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             try:
                 return _coerce(value, a, path)
             except ConfigError as e:
-                errors.append(e)
-        if len(errors) == 1:
-            raise errors[0]
+                errors.append((a, e))
+        # The branch of the value's own shape knows best what is wrong with it (a list's bad entry).
+        shaped = [e for a, e in errors if _same_shape(value, a)]
+        if len(errors) == 1 or len(shaped) == 1:
+            raise (shaped or [errors[0][1]])[0]
         raise ConfigError(path, f"must be {_describe(tp)}; got {value!r}")
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
@@ -614,7 +644,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(path, f"must be a list of strings; got the string {value!r} (write [{value!r}])")
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ConfigError(path, f"must be a list of strings; got {value!r}")
-        return tuple(value)
+        return tuple(_check_text(v, path) for v in value)
     if tp is float:
         # PyYAML reads `2e-6` (no dot) as a string; accept numeric strings rather than fail on a YAML quirk.
         if isinstance(value, str):
@@ -624,7 +654,10 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"must be a number; got {value!r}")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of hundreds of digits: past any float
+            raise ConfigError(path, f"must be a finite number; got an integer of {len(str(abs(value)))} digits") from None
     if tp is int:
         if isinstance(value, float) and value.is_integer():
             return int(value)
@@ -638,8 +671,16 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(path, f"must be a string; got {value!r}")
-        return value
+        return _check_text(value, path)
     raise TypeError(f"unsupported config type {tp!r} at {path}")
+
+
+def _same_shape(value: Any, tp: Any) -> bool:
+    if typing.get_origin(tp) is tuple:
+        return isinstance(value, (list, tuple))
+    if dataclasses.is_dataclass(tp):
+        return isinstance(value, dict)
+    return tp is str and isinstance(value, str)
 
 
 def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
@@ -648,6 +689,8 @@ def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     kwargs = {}
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(key, str):
+            _check_text(key, path)
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
@@ -808,6 +851,18 @@ def _type_schema(tp: Any, ceilings: typing.Mapping[str, float] | None = None, pr
     return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
 
 
+def _length_schema(s: dict, m: typing.Mapping) -> None:
+    """``max_length`` / ``max_items`` onto every string and array branch of a field's schema."""
+    for branch in s.get("anyOf", [s]):
+        if branch.get("type") in ("string", ["string", "null"]) and "max_length" in m:
+            branch["maxLength"] = m["max_length"]
+        if branch.get("type") == "array":
+            if "max_items" in m:
+                branch["maxItems"] = m["max_items"]
+            if "max_length" in m:
+                branch["items"]["maxLength"] = m["max_length"]
+
+
 def _section_schema(cls: type, ceilings: typing.Mapping[str, float] | None = None, prefix: str = "") -> dict:
     docs = field_docs().get(cls.__name__, {})
     hints = _hints(cls)
@@ -829,6 +884,7 @@ def _section_schema(cls: type, ceilings: typing.Mapping[str, float] | None = Non
             target["maximum"] = ceiling
         if "choices" in m:
             (target["items"] if target.get("type") == "array" else target)["enum"] = list(m["choices"])
+        _length_schema(s, m)
         if "recommended" in m:
             s["x-recommended"] = {"minimum": m["recommended"][0], "maximum": m["recommended"][1]}
         if "below" in m:

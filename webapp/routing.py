@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from webapp.core.consumers import NotificationsConsumer
+from webapp.core.consumers import NotificationsConsumer, UnroutedConsumer
 
 websocket_urlpatterns = [
     path("ws/notifications/", NotificationsConsumer.as_asgi()),
@@ -13,3 +13,5 @@ except ModuleNotFoundError as exc:
         raise
 else:
     websocket_urlpatterns += run_patterns
+
+websocket_urlpatterns.append(re_path(r"", UnroutedConsumer.as_asgi()))  # last: whatever nothing above serves

@@ -49,10 +49,28 @@ class SandboxUnavailable(RuntimeError):
     """The backend cannot run here (no engine, no permission); the message says why."""
 
 
+def unavailable_reason(name: str) -> str | None:
+    """Why backend ``name`` cannot run on this machine (a few seconds at most to find out), or None.
+
+    What a launcher asks before it starts anything costly (a model load) on top of a sandbox that
+    would fail at the first execution.
+    """
+    backend_names()
+    if name not in BACKENDS:
+        return f"unknown sandbox backend {name!r}; valid: {', '.join(sorted(BACKENDS))}"
+    check = getattr(BACKENDS[name], "unavailable", None)
+    return check() if check is not None else None
+
+
 class Executor:
     """One interface for every backend: run one candidate program against one problem."""
 
     name = "base"
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run here, or None; a cheap check, never an execution."""
+        return None
 
     def run(self, problem, code: str, limits: Limits | None = None, *, syntax_ok: bool | None = None,
             format_ok: bool = True, assembly_detail: str = "") -> ExecutionResult:

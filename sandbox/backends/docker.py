@@ -345,6 +345,23 @@ class DockerExecutor(PooledExecutor):
             except Exception as e:
                 raise SandboxUnavailable(f"image {image} is not available: {e}") from None
 
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            import docker
+        except ImportError as e:
+            return f"the docker SDK is not installed ({e}): pip install docker"
+        try:
+            client = docker.from_env(timeout=3)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception as e:
+            return (f"no Docker engine answers ({type(e).__name__}: {e}); start dockerd or give the worker "
+                    "the engine's socket (DOCKER_HOST), or use the process backend")
+        return None
+
     def _start(self, limits: Limits) -> RelayChannel:
         from docker.types import Ulimit
         tmpfs_opts = f"rw,nosuid,nodev,size={limits.scratch_mb}m,mode=1777"

@@ -286,6 +286,11 @@ class _LineParser:
             else:
                 error(lineno, None, f"expected a JSON object, got {_json_type(obj)}: {short(obj)}")
             return
+        where = _lone_surrogate_key(obj)
+        if where is not None:  # valid JSON ("\ud800"), but no text: nothing could store or print it
+            error(lineno, where, "holds a lone surrogate escape such as \\ud800, which is not a character; "
+                                 "write the text as UTF-8 (or escape both halves of a surrogate pair)")
+            return
         if self.fmt is None:
             self.fmt = detect_format(obj)
             if self.fmt is None:
@@ -311,6 +316,31 @@ class _LineParser:
             return
         self.seen_ids[problem.id] = lineno
         self.result.problems.append(problem)
+
+
+def _lone_surrogate_key(obj: dict) -> str | None:
+    """The top-level key under which ``obj`` holds a string (or a key) with a lone surrogate, else None."""
+    for key, value in obj.items():
+        stack = [key, value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if not _is_text(item):
+                    return key if _is_text(key) else "key"
+            elif isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _raw_chunks(first: bytes, fileobj: IO[bytes]) -> Iterator[bytes]:

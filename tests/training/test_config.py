@@ -335,3 +335,49 @@ def test_ceilings_lower_the_bounds_in_validation_and_schema():
     lora = next(b for b in schema["properties"]["model"]["properties"]["lora"]["anyOf"] if b.get("type") == "object")
     assert lora["properties"]["r"]["maximum"] == 4
     assert json_schema({"train.steps": 10**9})["properties"]["train"]["properties"]["steps"]["maximum"] == 1_000_000
+
+
+# ---- odd values (issue 23): each a ConfigError naming the field, never another exception ----------
+
+
+def test_an_integer_too_large_for_a_float_is_refused_naming_the_field():
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"ppo": {"learning_rate": 10**400}})
+    assert e.value.field == "ppo.learning_rate" and "401 digits" in e.value.message
+
+
+@pytest.mark.parametrize("config,field", [
+    ({"run_name_is_not_a_key": 1, "model": {"name_or_path": "a\ud800b"}}, "run_name_is_not_a_key"),
+    ({"model": {"name_or_path": "a\ud800b"}}, "model.name_or_path"),
+    ({"sampling": {"stop": ["ok", "x\udfffy"]}}, "sampling.stop"),
+    ({"model": {"lora": {"target_modules": ["q_proj", "\ud800"]}}}, "model.lora.target_modules"),
+])
+def test_a_lone_surrogate_is_refused_naming_the_field(config, field):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(config)
+    assert e.value.field == field
+    if field != "run_name_is_not_a_key":
+        assert "lone surrogate" in e.value.message
+
+
+@pytest.mark.parametrize("overrides,field,words", [
+    ({"sampling": {"stop": ["s%d" % i for i in range(100_000)]}}, "sampling.stop", "at most 64 entries"),
+    ({"sampling": {"stop": ["x" * 257]}}, "sampling.stop", "at most 256 characters"),
+    ({"reward": {"weights": {"pass_rate": 1e308}}}, "reward.weights.pass_rate", "<= 1000.0"),
+    ({"model": {"name_or_path": "m" * 4097}}, "model.name_or_path", "at most 4096 characters"),
+    ({"model": {"adapters": ["a"] * 65}}, "model.adapters", "at most 64 entries"),
+    ({"sandbox": {"backend": "b" * 65}}, "sandbox.backend", "at most 64 characters"),
+])
+def test_lists_strings_and_weights_have_bounds(overrides, field, words):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(overrides)
+    assert e.value.field == field and words in e.value.message
+
+
+def test_the_schema_carries_the_length_bounds_the_validation_applies():
+    props = json_schema()["properties"]
+    stop = props["sampling"]["properties"]["stop"]["anyOf"][0]
+    assert stop["maxItems"] == 64 and stop["items"]["maxLength"] == 256
+    assert props["model"]["properties"]["name_or_path"]["maxLength"] == 4096
+    assert props["reward"]["properties"]["weights"]["properties"]["pass_rate"]["maximum"] == 1000.0
+    assert config_from_dict({"sampling": {"stop": ["s"] * 64}}).sampling.stop == ("s",) * 64

@@ -1,4 +1,13 @@
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+
+
+class UnroutedConsumer(AsyncWebsocketConsumer):
+    """Any websocket path nothing serves (``/ws/nope/``, ``/ws/runs/abc/``): the handshake is refused
+    (403), as an HTTP path nothing serves is a 404, instead of Channels' "No route found" error (a 500
+    and a stack trace in the log)."""
+
+    async def connect(self):
+        await self.close()
 
 
 class NotificationsConsumer(AsyncJsonWebsocketConsumer):

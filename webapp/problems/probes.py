@@ -90,7 +90,7 @@ def sampling_config(model: str, user) -> dict:
 
 def check_probe_request(user, model, adapter, samples) -> tuple[str, str]:
     """``(model, adapter)`` cleaned, or ConfigError naming ``model``, ``adapter`` or ``samples``."""
-    from webapp.runs.model_refs import checkpoint_reference, resolve_model
+    from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
 
     if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= settings.PROBE_MAX_SAMPLES:
         raise ConfigError("samples", f"must be a whole number from 1 to {settings.PROBE_MAX_SAMPLES} (this server's "
@@ -103,6 +103,7 @@ def check_probe_request(user, model, adapter, samples) -> tuple[str, str]:
         resolve_model(model, user)
     except ConfigError as exc:  # the same refusal as the run form's, under this form's field name
         raise ConfigError("model", exc.message) from None
+    check_hub_model(model, "model")
     adapter = adapter.strip() if isinstance(adapter, str) else ""
     if adapter:
         if checkpoint_reference(adapter) is None:

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.core.jsonsafe import db_safe
+from webapp.core.text import name_problem
 from webapp.runs.models import ACTIVE_STATUSES
 from .models import Problem, ProblemSet, ProblemValidation
 
@@ -164,8 +165,9 @@ def _check_upload_request(uploaded_file, name: str, format: str) -> tuple[str, s
     if format not in UPLOAD_FORMATS:
         return filename, name, [_error(0, "format", f"{format!r} is not one of {', '.join(UPLOAD_FORMATS)}")]
     name = (name or "").strip() or _name_from_filename(filename)
-    if len(name) > 200:
-        return filename, name, [_error(0, "name", f"is {len(name)} characters long; the limit is 200")]
+    problem = name_problem(name)
+    if problem:
+        return filename, name, [_error(0, "name", problem)]
     return filename, name, []
 
 

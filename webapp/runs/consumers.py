@@ -1,22 +1,56 @@
 """Live run events over ``/ws/runs/<id>/?since=STEP``: replay what the client missed, then stream.
 
 The consumer joins ``run-<id>`` *before* reading the stored events, so nothing written during the
-replay is lost; events that arrive through the group while the replay is still running are queued by
-Channels and delivered afterwards, and the ``seq`` check drops the ones the replay already sent. A
-replayed ``step`` carries its ``mismatch_warning`` as a live one does. It never writes to the database.
+replay is lost. The replay is a task of its own that reads the stored log a page at a time
+(``REPLAY_PAGE`` summarized events, see ``event_summary``) and sends each page before it reads the
+next, so a connection holds one page however long the run; it is cancelled when the client goes.
+Live events that arrive meanwhile are held (at most ``HELD_MAX``; past that they are dropped and read
+from the log instead, where they were stored before they were broadcast) and sent after the replay,
+and the ``seq`` check drops the ones the replay already sent. A replayed ``step`` carries its
+``mismatch_warning`` as a live one does. It never writes to the database.
 """
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import time
+import weakref
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db.models import Max, Q
+from django.db import close_old_connections
+from django.db.models import Max, Q, TextField
+from django.db.models.functions import Cast
 
 from .models import Run, RunEvent
 from .runtime import step_message_extras
 
-REPLAY_BATCH = 500
+REPLAY_PAGE = 100
+"""Stored events read per database query of a replay (what one connection holds at a time)."""
+HELD_MAX = 1000
+"""Live events held while a replay runs; past that the replay reads them from the log instead."""
+SEND_SLICE = 20
+"""Messages a replay sends before it lets the event loop serve others (HTTP requests, live events)."""
+REPLAYS_SENDING = 1
+"""Replays of one process that send a page at the same time; the others wait their turn. Twenty
+replays sending at once kept the loop so busy that each HTTP request waited behind their pages."""
+REPLAY_SHARE = 0.5
+"""Most of the event loop's time that sending replay pages takes: after a page that took t seconds to
+send, its sender keeps the turn idle for t * (1 - share) / share, which the loop spends on requests."""
+_sending: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
+
+
+def _sending_turn() -> asyncio.Semaphore:
+    """The process's turns to send (one semaphore per event loop: a semaphore belongs to one)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _sending:
+        _sending[loop] = asyncio.Semaphore(REPLAYS_SENDING)
+    return _sending[loop]
+
+log = logging.getLogger("crucible.runs")
 
 
 def _int_param(query: dict, name: str) -> int | None:
@@ -47,18 +81,44 @@ def _replay_start(run_id: int, since: int | None, after: int | None) -> int:
     return -1 if cut is None else cut
 
 
-@database_sync_to_async
-def _replay_batch(run_id: int, after_seq: int, since: int | None) -> list[tuple[int, dict]]:
-    qs = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq)
-    if since is not None:
-        qs = qs.filter(Q(step__isnull=True) | Q(step__gt=since))
-    return list(qs.order_by("seq").values_list("seq", "payload")[:REPLAY_BATCH])
+def _read_page(run_id: int, after_seq: int, since: int | None) -> list[tuple[int, str, str]]:
+    """``[(seq, kind, payload as JSON text)]``: the text as the database holds it, never decoded here
+    (a replay of a long run is mostly passing stored text on; decoding and encoding each event again
+    was most of the process's time)."""
+    close_old_connections()
+    try:
+        qs = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq)
+        if since is not None:
+            qs = qs.filter(Q(step__isnull=True) | Q(step__gt=since))
+        qs = qs.annotate(text=Cast("payload", TextField()))
+        return list(qs.order_by("seq").values_list("seq", "kind", "text")[:REPLAY_PAGE])
+    finally:
+        close_old_connections()
+
+
+def replay_message(run_id: int, seq: int, kind: str, text: str, config: dict) -> str:
+    """The websocket message of a stored event: its payload plus ``run_id`` and ``seq`` (and for a
+    ``step`` its ``mismatch_warning``), as ``run_event`` sends a live one."""
+    body = text.strip()
+    if kind == "step" or not (body.startswith("{") and body.endswith("}")):
+        payload = json.loads(body)
+        return json.dumps({**payload, "run_id": run_id, "seq": seq, **step_message_extras(payload, config)})
+    inner = body[1:-1].strip()
+    return "{" + inner + (", " if inner else "") + f'"run_id": {run_id}, "seq": {seq}' + "}"
+
+
+# Not the thread Django's request handlers share (thread_sensitive=False): twenty replays paging through
+# long runs must not queue the API's requests behind their reads.
+_replay_page = sync_to_async(_read_page, thread_sensitive=False)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         self.last_seq = -1
+        self.replay: asyncio.Task | None = None
+        self.held: list[dict] = []
+        self.held_dropped = False
         if user is None or not user.is_authenticated:
             await self.close()  # before accept: the handshake is refused (403)
             return
@@ -76,20 +136,52 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.group = f"run-{self.run_id}"
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        cursor = await _replay_start(self.run_id, since, after)
+        self.replay = asyncio.ensure_future(self._replay(since, after))
+
+    async def _replay(self, since: int | None, after: int | None) -> None:
+        try:
+            cursor = await _replay_start(self.run_id, since, after)
+            if after is not None:
+                since = None
+            while True:
+                cursor = await self._replay_from(cursor, since)
+                if not self.held_dropped:
+                    break
+                self.held_dropped, since = False, None  # what was dropped is in the log after `cursor`
+            while self.held:
+                await self._forward(self.held.pop(0))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("replay of run %s failed", self.run_id)
+            await self.close(code=1011)
+        finally:
+            self.replay = None
+
+    async def _replay_from(self, cursor: int, since: int | None) -> int:
+        """Send every stored event after seq ``cursor`` (of a step after ``since``); the last seq read."""
         while True:
-            batch = await _replay_batch(self.run_id, cursor, since if after is None else None)
-            for seq, payload in batch:
-                await self.send_json({**payload, "run_id": self.run_id, "seq": seq,
-                                      **step_message_extras(payload, self.config)})
-                self.last_seq = seq
-            if len(batch) < REPLAY_BATCH:
+            page = await _replay_page(self.run_id, cursor, since)
+            async with _sending_turn():
+                started = time.monotonic()
+                for i, (seq, kind, text) in enumerate(page):
+                    if seq > self.last_seq:
+                        await self.send(text_data=replay_message(self.run_id, seq, kind, text, self.config))
+                        self.last_seq = seq
+                    if i % SEND_SLICE == SEND_SLICE - 1:
+                        await asyncio.sleep(0)
+                await asyncio.sleep((time.monotonic() - started) * (1 - REPLAY_SHARE) / REPLAY_SHARE)
+            if page:
+                cursor = page[-1][0]
+            if len(page) < REPLAY_PAGE:
                 break
-            cursor = batch[-1][0]
         if self.last_seq < cursor:
             self.last_seq = cursor  # the client said it has everything up to here
+        return cursor
 
     async def disconnect(self, code):
+        if self.replay is not None:
+            self.replay.cancel()  # the client is gone: nothing more is read or sent
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -99,6 +191,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def run_event(self, message):
         event = message["event"]
+        if self.replay is not None:
+            if isinstance(event.get("seq"), int) and len(self.held) >= HELD_MAX:
+                self.held_dropped = True  # stored before it was sent: the replay reads it from the log
+            else:
+                self.held.append(event)  # a status message (never stored) is always kept
+            return
+        await self._forward(event)
+
+    async def _forward(self, event: dict) -> None:
         seq = event.get("seq")
         if isinstance(seq, int):
             if seq <= self.last_seq:

@@ -14,6 +14,8 @@ from django.conf import settings
 
 from training.config import ConfigError, json_schema
 
+from webapp.core.text import name_problem
+
 from .model_refs import WEB_DEFAULT_MODEL
 from .services import validate_config
 
@@ -66,6 +68,9 @@ class ListOrStringField(forms.CharField):
                 items = json.loads(text)
             except ValueError as exc:
                 raise forms.ValidationError(f"not a JSON list of strings: {exc}") from None
+            except RecursionError:  # "[[[[..." tens of thousands deep
+                raise forms.ValidationError("is nested too deeply: give a flat JSON list of strings such as "
+                                            '["\\n\\n"]') from None
             if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
                 raise forms.ValidationError('must be a JSON list of strings, e.g. ["q_proj", "v_proj"]')
             return items
@@ -138,7 +143,8 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
     if base == "number":
         return forms.FloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
                                 validators=validators, **common)
-    return forms.CharField(required=not nullable, empty_value=None if nullable else "", **common)
+    return forms.CharField(required=not nullable, max_length=schema.get("maxLength"),
+                           empty_value=None if nullable else "", **common)
 
 
 def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[str, forms.Field, Any]]:
@@ -207,6 +213,13 @@ class RunForm(forms.Form):
             if getattr(field, "is_section", False):
                 self.sections.add(name)
         self.config: dict | None = None
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        problem = name_problem(name)
+        if problem:
+            raise forms.ValidationError(problem)
+        return name
 
     def launch_warnings(self) -> list[str]:
         """What a valid form would launch silently but probably not as meant (asked to confirm first)."""

@@ -14,13 +14,17 @@ server's files. The config a user sees keeps the name; only the trainer's run.ya
 """
 from __future__ import annotations
 
+import os
 import re
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from training.config import ConfigError, load_config
+from training.config import MAX_PATH, ConfigError, load_config
 
 from .checkpoints import resolve_checkpoint_dir
 from .models import Run
@@ -47,6 +51,8 @@ class ResolvedModel:
 
 def resolve_model(name: str, user) -> ResolvedModel:
     """The trainer's model for ``name`` as ``user`` sent it; ConfigError naming ``model.name_or_path``."""
+    if len(name) > MAX_PATH or not name.isprintable():  # control characters, lone surrogates
+        raise refusal()
     if name.startswith(MODELS_PREFIX):
         directory = installed_model_dir(name[len(MODELS_PREFIX):])
         if directory is None:
@@ -60,10 +66,78 @@ def resolve_model(name: str, user) -> ResolvedModel:
     raise refusal()
 
 
+def check_hub_model(name: str, field: str = FIELD) -> None:
+    """At launch: a hub id must be in this machine's hub cache, or the hub must be reachable.
+
+    On a machine without network the trainer would otherwise retry the hub for about a minute and
+    then fail; this refuses at once and says how to make the model available. Names that are not hub
+    ids are left to ``resolve_model``.
+    """
+    if not names_hub_model(name) or hub_model_cached(name):
+        return
+    if settings.HF_OFFLINE:
+        why = "the hub is switched off on this server (CRUCIBLE_HF_OFFLINE=1)"
+    elif not hub_reachable():
+        why = f"the hub ({hub_endpoint()}) cannot be reached from this server"
+    else:
+        return
+    raise ConfigError(field, f"{name} is not in this server's hub cache ({hub_cache_dir()}) and {why}: "
+                             "an admin can download it there first (README: 'Hub models without network'), "
+                             "or name a model installed under models/")
+
+
+def hub_cache_dir() -> Path:
+    """Where the hub client of this machine keeps its downloads (read from the environment each time)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_model_cached(name: str) -> bool:
+    """Whether the hub cache holds a snapshot of ``name`` with its config.json (what loading needs first)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(name, "config.json", cache_dir=hub_cache_dir())
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, str)
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
+_REACHABLE_TTL_S = 60.0
+_reachable: tuple[float, bool] | None = None
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub opens (remembered for a minute, so launches stay quick)."""
+    global _reachable
+    if _reachable is not None and time.monotonic() - _reachable[0] < _REACHABLE_TTL_S:
+        return _reachable[1]
+    url = urlsplit(hub_endpoint())
+    try:
+        socket.create_connection((url.hostname or "", url.port or (80 if url.scheme == "http" else 443)),
+                                 timeout=timeout_s).close()
+        ok = True
+    except (OSError, ValueError):
+        ok = False
+    _reachable = (time.monotonic(), ok)
+    return ok
+
+
 def checkpoint_reference(name: str) -> tuple[int, int] | None:
     """``(run_id, step)`` of a ``run:<id>/step-<n>`` name, else None (whoever owns the run)."""
     match = _CHECKPOINT.fullmatch(name)
     return (int(match[1]), int(match[2])) if match else None
+
+
+def names_hub_model(name: str) -> bool:
+    """Whether ``name`` as a web user sends it means a hub model (``models/x`` is an installed one)."""
+    return not name.startswith(MODELS_PREFIX) and is_hub_id(name)
 
 
 def is_hub_id(name: str) -> bool:
@@ -83,8 +157,11 @@ def installed_model_dir(relative: str) -> Path | None:
     if any(p in ("", ".", "..") for p in parts) or "\\" in relative or "\x00" in relative:
         return None
     root = Path(settings.MODELS_DIR).resolve()
-    target = (root / relative).resolve()
-    if target == root or not target.is_relative_to(root) or not (target / "config.json").is_file():
+    try:
+        target = (root / relative).resolve()
+        if target == root or not target.is_relative_to(root) or not (target / "config.json").is_file():
+            return None
+    except (OSError, ValueError):  # a part longer than the file system allows, a lone surrogate
         return None
     return target
 

@@ -9,7 +9,8 @@
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
   the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
-  ``mismatch_warning``, see ``runtime.step_message_extras``).
+  ``mismatch_warning``, see ``runtime.step_message_extras``). The stored and broadcast copy of a
+  ``problem`` or ``eval`` event is its summary (``event_summary``): candidates live in their rows.
 """
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ from training.config import (ConfigError, RunConfig, check_ceilings, config_from
 
 from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
+from webapp.core.text import name_problem
 
 from .engines import check_engine
-from .model_refs import WEB_DEFAULT_MODEL, resolve_model
+from .event_summary import summarize
+from .model_refs import WEB_DEFAULT_MODEL, check_hub_model, resolve_model
 from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 from .runtime import step_message_extras
 
@@ -126,16 +129,16 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
     Raises ``ConfigError`` naming the field (``name``, ``problem_set`` or a dotted config key).
     """
     name = (name or "").strip()
-    if not name:
-        raise ConfigError("name", "must not be empty")
-    if len(name) > 200:
-        raise ConfigError("name", f"must be at most 200 characters; got {len(name)}")
+    problem = name_problem(name)
+    if problem:
+        raise ConfigError("name", problem)
     if problem_set is None:
         raise ConfigError("problem_set", "is required: choose one of your problem sets")
     if not problem_set.problems.filter(split="train").exists():
         raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split; "
                                          "upload problems with split: train")
     full = validate_config(config, owner)
+    check_hub_model(full["model"]["name_or_path"])
     from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
     from webapp.problems.services import write_problems_jsonl
 
@@ -255,9 +258,9 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
             if RunEvent.objects.filter(run=run, seq=seq).exists():
                 created = False
             else:
-                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=event)
+                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=summarize(event))
                 created = True
-                _apply(run, kind, step, event)
+                _apply(run, kind, step, event)  # the whole event: candidates become their rows here
             updates = {"heartbeat": timezone.now()}
             if offset is not None:
                 updates.update(events_offset=offset, events_seq=seq + 1)
@@ -275,11 +278,15 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
             status, error = "failed", f"trainer wrote done with unknown status {status!r}"
         else:
             error = event.get("error") or ""
+        if status == "failed" and Run.objects.filter(pk=run.pk, status=Run.Status.CANCELLING).exists():
+            # The user asked to stop; whatever the stop interrupted (a model load, a hub retry) is no failure.
+            status, error = "cancelled", f"cancelled; the trainer stopped with: {error}" if error else ""
         finish_run(run, status, error)
     if kind == "start" and run.status == "running":
         notify_status(run)
     if broadcast:
-        broadcast_event(run.pk, {**event, "run_id": run.pk, "seq": seq, **step_message_extras(event, run.config)})
+        broadcast_event(run.pk, {**summarize(event), "run_id": run.pk, "seq": seq,
+                                 **step_message_extras(event, run.config)})
     return True
 
 

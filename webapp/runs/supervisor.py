@@ -38,6 +38,7 @@ POLL_S = 0.02            # events.jsonl poll period (the live-latency budget is 
 DB_CHECK_S = 0.5         # how often the supervisor looks for a cancel request and beats its heart
 STALE_AFTER = timedelta(seconds=120)   # a running run without a heartbeat for this long lost its worker
 CANCEL_GRACE_S = 600     # SIGTERM lets the trainer checkpoint; after this long it is killed
+STARTUP_CANCEL_GRACE_S = 2.0   # before its first step a trainer has nothing to save: killed this soon
 SHUTDOWN_WAIT_S = 60     # a worker being stopped waits this long for its trainer's last lines
 STDERR_TAIL_LINES = 20
 
@@ -127,17 +128,27 @@ def trainer_command(run: Run, *, resume: bool) -> list[str]:
     return [sys.executable, *args]
 
 
-def trainer_env() -> dict[str, str]:
+def trainer_env(*, offline: bool = False) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # The trainer works in its run dir (below), so the project must be importable from elsewhere.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(settings.BASE_DIR), os.environ.get("PYTHONPATH")) if p)
-    if settings.HF_OFFLINE:  # without a network the hub client would retry for about a minute first
+    if settings.HF_OFFLINE or offline:  # without a network the hub client would retry for about a minute first
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return env
 
 
+def hub_unreachable_for(run: Run) -> bool:
+    """Whether the run's model is a hub id and the hub cannot be reached from this worker: its trainer
+    then loads from the cache at once (or fails at once naming the model) instead of retrying."""
+    from .model_refs import hub_reachable, names_hub_model
+
+    model = run.config.get("model") if isinstance(run.config, dict) else None
+    name = model.get("name_or_path") if isinstance(model, dict) else None
+    return isinstance(name, str) and names_hub_model(name) and not hub_reachable()
+
+
 def start_trainer(run: Run, *, resume: bool) -> subprocess.Popen:
-    env = trainer_env()
+    env = trainer_env(offline=hub_unreachable_for(run))
     command = trainer_command(run, resume=resume)
     stdout = open(run.path / "stdout.log", "ab")
     stderr = open(run.path / "stderr.log", "ab")
@@ -208,6 +219,11 @@ def supervise_run(run_id: int) -> str:
     follower = EventFollower(run.path / "events.jsonl", offset=run.events_offset, seq=run.events_seq)
     # Lines a previous trainer wrote after its supervisor died are recorded, but their `done` no longer decides.
     ingest_new_events(run, follower, apply_done=False)
+    refused = launch_problem(run)
+    if refused:  # found in seconds, before the trainer loads a model that could not be trained
+        follower.close()
+        services.finish_run(run, "failed", refused)
+        return f"run {run_id} refused: {refused}"
     try:
         proc = start_trainer(run, resume=run.resume_count > 0)
     except OSError as exc:
@@ -233,6 +249,18 @@ def supervise_run(run_id: int) -> str:
             run.refresh_from_db()
             if run.resume_count == attempt:
                 finish_lost_run(run, "the supervisor stopped unexpectedly; see the worker log")
+
+
+def launch_problem(run: Run) -> str | None:
+    """Why this worker cannot run ``run`` at all (its sandbox backend does not work here), or None."""
+    from sandbox.backends import unavailable_reason
+
+    sandbox = run.config.get("sandbox") if isinstance(run.config, dict) else None
+    backend = sandbox.get("backend", "process") if isinstance(sandbox, dict) else "process"
+    reason = unavailable_reason(str(backend))
+    if reason is None:
+        return None
+    return f"sandbox.backend: {backend} is not available on worker {socket.gethostname()}: {reason}"
 
 
 def _wait_recording(run: Run, exited, timeout_s: float) -> None:
@@ -273,14 +301,21 @@ def _stop_for_shutdown(run: Run, proc: subprocess.Popen, attempt: int) -> None:
 
 
 def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: int) -> str:
+    """Follow the trainer to its end. Cancel: SIGTERM, so that a training trainer checkpoints its last
+    step; a trainer that has not finished a step yet (loading a model, waiting on the hub, starting an
+    engine, the first evaluation) has nothing to save and may be deaf to signals inside those calls,
+    so it is killed after ``STARTUP_CANCEL_GRACE_S`` and the run ends ``cancelled`` at once."""
     last_check = 0.0
     term_sent: float | None = None
-    done_seen = False
+    done_seen = stepped = False
     while True:
         rc = proc.poll()
-        done_seen |= any(e.get("event") == "done" for e in ingest_new_events(run, follower))
+        kinds = {e.get("event") for e in ingest_new_events(run, follower)}
         if rc is not None:
-            done_seen |= any(e.get("event") == "done" for e in ingest_new_events(run, follower))
+            kinds |= {e.get("event") for e in ingest_new_events(run, follower)}
+        done_seen |= "done" in kinds
+        stepped |= "step" in kinds
+        if rc is not None:
             break
         now = time.monotonic()
         if now - last_check >= DB_CHECK_S:
@@ -293,7 +328,8 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
             elif status is None:  # the run was deleted
                 _signal_group(proc, signal.SIGTERM)
                 term_sent = term_sent or now
-        if term_sent is not None and now - term_sent > CANCEL_GRACE_S:
+        starting = not stepped and not done_seen
+        if term_sent is not None and now - term_sent > (STARTUP_CANCEL_GRACE_S if starting else CANCEL_GRACE_S):
             _signal_group(proc, signal.SIGKILL)
         time.sleep(POLL_S)
     run.refresh_from_db()
@@ -304,7 +340,8 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
     if done_seen and run.is_finished:
         return f"run {run.pk} {run.status}"
     if run.status == "cancelling":
-        services.finish_run(run, "cancelled", f"the trainer stopped without its final record (exit code {rc})")
+        services.finish_run(run, "cancelled", f"the trainer stopped without its final record (exit code {rc})"
+                            if stepped else "cancelled while the trainer was starting (before its first step)")
     else:
         tail = stderr_tail(run)
         how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"

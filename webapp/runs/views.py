@@ -18,6 +18,7 @@ from training.config import ConfigError, RewardWeights
 
 from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
+from webapp.core.text import name_problem, text_problem
 
 from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
@@ -47,12 +48,23 @@ def run_edit(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run(request, run_id)
     name = request.POST.get("name", "").strip()
     notes = request.POST.get("notes", "").strip()
-    if not name or len(name) > 200 or len(notes) > 5000:
-        messages.error(request, "A run needs a name of at most 200 characters; notes hold at most 5,000.")
+    problem = _edit_problem(name, notes)
+    if problem:
+        messages.error(request, problem)
     else:
         run.name, run.notes = name, notes
         run.save(update_fields=["name", "notes"])
     return redirect("run-detail", run_id=run.pk)
+
+
+def _edit_problem(name: str, notes: str) -> str | None:
+    if (problem := name_problem(name)) is not None:
+        return f"The run's name {problem}."
+    if len(notes) > 5000:
+        return f"Notes hold at most 5,000 characters; these have {len(notes)}."
+    if (problem := text_problem(notes)) is not None:
+        return f"The notes: {problem}."
+    return None
 
 
 @require_http_methods(["GET", "POST"])

@@ -10,3 +10,7 @@ def test_nul_characters_become_replacement_characters_everywhere():
 def test_strings_without_nul_are_returned_unchanged():
     text = "def f():\n    return 1\n"
     assert db_safe(text) is text
+
+
+def test_lone_surrogates_become_replacement_characters_and_pairs_their_character():
+    assert db_safe({"k\ud800": ["a\udfffb", "\ud83d\ude00"]}) == {"k\ufffd": ["a\ufffdb", "\U0001f600"]}

@@ -3,7 +3,8 @@
 Reads the same CLI (`run --config C --out D [--resume]`) and writes documented event lines; what it
 does next comes from `scripted.json` in the run dir: {"steps": N, "then": "done"|"crash"|"hang",
 "linger_s": S (seconds between the final `done` on SIGTERM and the exit), "save_s": S (seconds the
-checkpoint on SIGTERM takes to save)}.
+checkpoint on SIGTERM takes to save), "starting_s": S (seconds spent "loading the model" before
+`start`, deaf to SIGTERM as a hub retry or a C extension can be)}.
 On SIGTERM it saves a checkpoint (a real adapter-shaped directory) and writes `done cancelled` like
 the real trainer.
 """
@@ -41,8 +42,11 @@ def main() -> None:
         time.sleep(script.get("linger_s", 0))  # a trainer may take a moment to exit after its last line
         sys.exit(0)
 
-    signal.signal(signal.SIGTERM, on_term)
     (out / "pid").write_text(str(__import__("os").getpid()))
+    if script.get("starting_s"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(script["starting_s"])
+    signal.signal(signal.SIGTERM, on_term)
     emit(event="start", config={}, model="scripted", resumed=args.resume)
     for step in range(1, script.get("steps", 1) + 1):
         emit(event="step", step=step, metrics={"reward/mean": 0.1 * step})

@@ -99,11 +99,57 @@ def test_an_own_run_without_that_step_says_which_steps_it_has(client_alice, alic
     assert "no checkpoint at step 7" in r.json()["detail"] and "2" in r.json()["detail"]
 
 
+@pytest.fixture
+def hub(monkeypatch, settings, tmp_path):
+    """The hub as this server sees it: reachable or not, and a cache under tmp_path (empty at first)."""
+    from webapp.runs import model_refs
+
+    class Hub:
+        cache = tmp_path / "hf" / "hub"
+
+        def reachable(self, value: bool) -> None:
+            monkeypatch.setattr(model_refs, "hub_reachable", lambda: value)
+
+        def download(self, repo_id: str) -> None:  # what `hf download` leaves in the cache
+            repo = self.cache / ("models--" + repo_id.replace("/", "--"))
+            (repo / "refs").mkdir(parents=True)
+            (repo / "refs" / "main").write_text("0" * 40)
+            install_model_stub(repo / "snapshots" / ("0" * 40))
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(Hub.cache))
+    settings.HF_OFFLINE = False
+    hub = Hub()
+    hub.reachable(True)
+    return hub
+
+
 @pytest.mark.parametrize("hub_id", ["Qwen/Qwen3.5-9B", "meta-llama/Llama-3.1-8B", "org_1/model.v2"])
-def test_hub_ids_are_accepted_and_reach_the_trainer_as_they_are(client_alice, problem_set, hub_id):
+def test_hub_ids_are_accepted_and_reach_the_trainer_as_they_are(client_alice, problem_set, hub_id, hub):
     r = post_run(client_alice, problem_set, hub_id)
     assert r.status_code == 201, r.content
     assert trainer_model(r.json()["id"])["name_or_path"] == hub_id
+
+
+def test_a_hub_id_missing_from_the_cache_of_a_server_without_network_is_refused_at_launch(
+        client_alice, problem_set, hub):
+    hub.reachable(False)
+    r = post_run(client_alice, problem_set, "Qwen/Qwen3.5-9B")
+    assert r.status_code == 400 and r.json()["field"] == "model.name_or_path"
+    assert "not in this server's hub cache" in r.json()["detail"] and "cannot be reached" in r.json()["detail"]
+    assert not Run.objects.exists()
+    hub.download("Qwen/Qwen3.5-9B")
+    assert post_run(client_alice, problem_set, "Qwen/Qwen3.5-9B").status_code == 201
+
+
+def test_a_hub_id_missing_from_the_cache_is_refused_when_the_hub_is_switched_off(
+        client_alice, problem_set, hub, settings):
+    settings.HF_OFFLINE = True
+    r = post_run(client_alice, problem_set, "org/model")
+    assert r.status_code == 400 and "CRUCIBLE_HF_OFFLINE=1" in r.json()["detail"]
+    r = client_alice.post(f"/api/problem-sets/{problem_set.pk}/probe", {"model": "org/model", "samples": 2},
+                          content_type="application/json")
+    assert r.status_code == 400 and r.json()["field"] == "model"
+    assert post_run(client_alice, problem_set, "models/tiny").status_code == 201  # installed models need no hub
 
 
 def test_an_installed_model_resolves_to_its_directory(client_alice, problem_set, settings):

@@ -307,3 +307,66 @@ def test_a_run_the_user_resumed_by_hand_is_not_resumed_again(run, monkeypatch):
     services.resume_run(Run.objects.get(pk=run.pk))
     Run.objects.filter(pk=run.pk).update(status="failed")  # and it failed again, on its own
     assert resume_interrupted_runs() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_of_a_trainer_still_loading_its_model_is_immediate_and_ends_cancelled(user):
+    from webapp.runs.services import create_run
+
+    from .conftest import TINY_OVERRIDES, make_problem_set
+
+    run = create_run(user, "cancel while loading", make_problem_set(user), TINY_OVERRIDES)
+    script(run, starting_s=600)  # deaf to SIGTERM for ten minutes, like a hub retry loop
+    thread = threading.Thread(target=supervise_run, args=(run.pk,))
+    thread.start()
+    try:
+        wait_for(lambda: (run.path / "pid").exists())
+        assert cancel_run(run) == "cancelling"
+    finally:
+        thread.join(60)
+    assert not thread.is_alive()
+    run.refresh_from_db()
+    assert run.status == "cancelled" and "while the trainer was starting" in run.error
+    assert not pid_alive(int((run.path / "pid").read_text()))
+
+
+@pytest.mark.django_db
+def test_a_trainer_that_fails_while_cancelling_ends_the_run_cancelled(run):
+    from webapp.runs.services import ingest_event
+
+    Run.objects.filter(pk=run.pk).update(status="running")
+    cancel_run(run)
+    ingest_event(run, {"event": "done", "status": "failed", "error": "OSError: hub unreachable"}, seq=0)
+    run.refresh_from_db()
+    assert run.status == "cancelled" and "hub unreachable" in run.error
+
+
+def test_a_sandbox_backend_this_worker_lacks_fails_the_run_before_the_trainer_starts(run, monkeypatch):
+    import sandbox.backends
+
+    Run.objects.filter(pk=run.pk).update(config={**run.config, "sandbox": {**run.config["sandbox"],
+                                                                            "backend": "docker"}})
+    monkeypatch.setattr(sandbox.backends.base.BACKENDS["docker"], "unavailable",
+                        classmethod(lambda cls: "no Docker engine answers (scripted)"))
+    script(run, steps=1, then="done")
+    assert "refused" in supervise_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error.startswith("sandbox.backend: docker is not available on worker ") and "(scripted)" in run.error
+    assert not (run.path / "pid").exists()
+
+
+def test_a_hub_model_on_a_worker_without_network_starts_its_trainer_offline(run, monkeypatch, settings):
+    from webapp.runs import model_refs, supervisor
+
+    settings.HF_OFFLINE = False
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    run.config["model"]["name_or_path"] = "Qwen/Qwen3.5-9B"
+    monkeypatch.setattr(model_refs, "hub_reachable", lambda: False)
+    assert supervisor.hub_unreachable_for(run)
+    assert supervisor.trainer_env(offline=True)["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setattr(model_refs, "hub_reachable", lambda: True)
+    assert not supervisor.hub_unreachable_for(run)
+    run.config["model"]["name_or_path"] = "models/tiny"
+    monkeypatch.setattr(model_refs, "hub_reachable", lambda: False)
+    assert not supervisor.hub_unreachable_for(run)
