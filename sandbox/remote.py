@@ -322,10 +322,35 @@ class _ReplicaLost(Exception):
     """A request to a replica failed; the replica is dropped for the rest of the batch."""
 
 
+ENDPOINTS_ENV = "CRUCIBLE_SANDBOX_ENDPOINTS"
+"""Comma-separated replica URLs set by the operator of a worker: the endpoints of runs that name none,
+and the only endpoints a run may name (so a run config from a web user cannot send the token elsewhere)."""
+
+
+def operator_endpoints() -> list[str]:
+    """The URLs of CRUCIBLE_SANDBOX_ENDPOINTS (empty when unset)."""
+    raw = os.environ.get(ENDPOINTS_ENV, "")
+    return [check_endpoint_url(u) for u in raw.split(",") if u.strip()]
+
+
+def choose_endpoints(endpoints: Sequence[str]) -> list[str]:
+    """The endpoints to run on: the given ones, which must be among CRUCIBLE_SANDBOX_ENDPOINTS when that
+    is set, else CRUCIBLE_SANDBOX_ENDPOINTS; empty means the local pool."""
+    allowed = operator_endpoints()
+    given = [check_endpoint_url(u) for u in endpoints]
+    if allowed:
+        stray = [u for u in given if u not in allowed]
+        if stray:
+            raise ValueError(f"sandbox endpoint {stray[0]} is not one of this worker's {ENDPOINTS_ENV} "
+                             f"({', '.join(allowed)}); name one of those or leave sandbox.endpoints empty")
+    return given or allowed
+
+
 def make_runner(*, endpoints: Sequence[str] = (), backend: str = "process", workers: int | None = None,
                 mode: str = "warm", timeout_s: float | None = None, memory_mb: int | None = None):
-    """The service replicas at `endpoints` when there are any (token from CRUCIBLE_SANDBOX_TOKEN),
-    else a local `Runner` pool."""
-    if endpoints:
-        return RemoteRunner(list(endpoints), timeout_s=timeout_s, memory_mb=memory_mb)
+    """A `RemoteRunner` over `choose_endpoints(endpoints)` when there are any (token from
+    CRUCIBLE_SANDBOX_TOKEN), else a local `Runner` pool."""
+    chosen = choose_endpoints(endpoints)
+    if chosen:
+        return RemoteRunner(chosen, timeout_s=timeout_s, memory_mb=memory_mb)
     return Runner(backend=backend, workers=workers, mode=mode, timeout_s=timeout_s, memory_mb=memory_mb)

@@ -249,12 +249,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     problems = _problems_of_split(args)
     _set_threads(args.threads)
 
-    from sandbox import Runner
+    from sandbox.remote import make_runner
     from training.evaluation import evaluate
 
     model, tokenizer = load_model(args.model, args.adapter, cfg.model.dtype)
-    with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+    with make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend, workers=cfg.sandbox.workers,
+                     mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
         report = evaluate(model, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
                           generator_seed=args.seed)
     if not args.per_problem:
@@ -291,7 +291,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     import torch
 
-    from sandbox import Runner
+    from sandbox.remote import make_runner
     from training.policy import ModelLoadError, load_policy
     from training.probe import probe
 
@@ -319,8 +319,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     results = []
     try:
-        with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                    timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+        with make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend, workers=cfg.sandbox.workers,
+                         mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
+                         memory_mb=cfg.sandbox.memory_mb) as runner:
             for result in probe(policy.model, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
                                 seed=args.seed, timeout_s=cfg.sandbox.timeout_s, progress=progress):
                 results.append(result)

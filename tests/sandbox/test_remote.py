@@ -114,6 +114,7 @@ def test_a_bad_endpoint_url_is_refused_with_an_example(url):
 
 
 def test_no_endpoints_means_the_local_pool(monkeypatch):
+    monkeypatch.delenv("CRUCIBLE_SANDBOX_ENDPOINTS", raising=False)
     runner = make_runner(endpoints=[], workers=1)
     try:
         assert isinstance(runner, Runner)
@@ -130,3 +131,14 @@ def test_concurrent_batches_on_one_client_each_get_their_own_results():
         fa, fb = runner.submit_batch(PROBLEMS, a), runner.submit_batch(PROBLEMS, b)
         ra, rb = fa.result(timeout=300), fb.result(timeout=300)
     assert verdicts(ra) == list(reversed(verdicts(rb)))
+
+
+def test_the_operators_endpoints_are_the_default_and_the_only_ones_allowed(monkeypatch):
+    monkeypatch.setenv("CRUCIBLE_SANDBOX_TOKEN", TOKEN)
+    monkeypatch.setenv("CRUCIBLE_SANDBOX_ENDPOINTS", "http://10.0.0.5:8700, http://10.0.0.6:8700/")
+    runner = make_runner(endpoints=[])
+    assert isinstance(runner, RemoteRunner)
+    assert runner.urls == ["http://10.0.0.5:8700", "http://10.0.0.6:8700"]
+    assert make_runner(endpoints=["http://10.0.0.6:8700"]).urls == ["http://10.0.0.6:8700"]
+    with pytest.raises(ValueError, match="not one of this worker's CRUCIBLE_SANDBOX_ENDPOINTS"):
+        make_runner(endpoints=["http://attacker.example:80"])
