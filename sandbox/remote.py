@@ -288,7 +288,8 @@ class RemoteRunner:
     def _run_chunk(self, batch: _Batch, e: Endpoint, chunk: list[int]) -> None:
         cands = [batch.candidates[i] for i in chunk]
         needed = {c.problem_id for c in cands}
-        body = json.dumps({"problems": [batch.problems[pid].to_dict() for pid in needed],
+        # Under the batch's own keys, which callers may choose apart from the problems' ids.
+        body = json.dumps({"problems": [{**batch.problems[pid].to_dict(), "id": pid} for pid in needed],
                            "candidates": [c.to_dict() for c in cands],
                            "timeout_s": self.timeout_s, "memory_mb": self.memory_mb}).encode()
         conn = _Connection(e.url, self.idle_timeout_s)

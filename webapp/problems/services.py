@@ -488,7 +488,9 @@ def _verdict(problem, reference, empty) -> ProblemCheck:
     if reference is None:
         notes.append("no reference_solution to check")
     elif not reference.passed:
-        notes.append(f"reference solution: {_describe(reference)}")
+        from sandbox.checks import missing_module_note
+
+        notes.append(missing_module_note(problem, reference) or f"reference solution: {_describe(reference)}")
     if empty.passed:
         notes.append("an empty solution passes every test: the tests check nothing")
     return ProblemCheck(
