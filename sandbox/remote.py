@@ -38,7 +38,9 @@ class Endpoint:
     """One replica as this client sees it."""
 
     url: str
-    """Base URL, e.g. http://10.0.0.5:8700."""
+    """Base URL requests go to, e.g. http://10.0.0.5:8700."""
+    name: str = ""
+    """The configured URL it came from (a name such as http://sandbox:8700 gives one Endpoint per address)."""
     workers: int = 0
     """Its parallel executions (from /healthz)."""
     free: int = 0
@@ -47,6 +49,38 @@ class Endpoint:
     """Why it was dropped from the batch (None while usable)."""
     lanes: int = 0
     """Its request loops still running in this batch."""
+
+    @property
+    def label(self) -> str:
+        return self.url if self.name in ("", self.url) else f"{self.name} at {self.url}"
+
+
+def expand_endpoint(url: str) -> list[Endpoint]:
+    """One Endpoint per address of an http URL's host name (the replicas behind one DNS name, as
+    `docker compose --scale` and Kubernetes headless services publish them); an IP address, or https
+    (whose certificate names the host), stays one Endpoint."""
+    import ipaddress
+    import socket
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        ipaddress.ip_address(host)
+        return [Endpoint(url, url)]
+    except ValueError:
+        pass
+    if parts.scheme != "http":
+        return [Endpoint(url, url)]
+    try:
+        infos = socket.getaddrinfo(host, parts.port or 80, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return [Endpoint(url, url, error=f"cannot resolve {host}: {e}")]
+    # One family (IPv4 when there is any): `localhost` as 127.0.0.1 and ::1 is one server, not two.
+    v4 = [info for info in infos if info[0] == socket.AF_INET]
+    addresses = list(dict.fromkeys(info[4][0] for info in (v4 or infos)))
+    if len(addresses) <= 1:
+        return [Endpoint(url, url)]
+    port = f":{parts.port}" if parts.port else ""
+    return [Endpoint(f"http://{f'[{a}]' if ':' in a else a}{port}{parts.path}", url) for a in addresses]
 
 
 def check_endpoint_url(url: str) -> str:
@@ -143,7 +177,7 @@ class _Batch:
 
 
 def _none_left(endpoints: list[Endpoint], left: int, total: int) -> str:
-    what = "; ".join(f"{e.url} ({e.error or 'gone'})" for e in endpoints)
+    what = "; ".join(f"{e.label} ({e.error or 'gone'})" for e in endpoints)
     return (f"no sandbox endpoint is left: {what}; {left} of {total} candidates have no result. "
             f"Start the replicas (`python -m sandbox serve`, with the same {TOKEN_ENV}) or set "
             "sandbox.endpoints: [] to run on the local pool")
@@ -200,9 +234,7 @@ class RemoteRunner:
         if self._closed:
             raise RuntimeError("RemoteRunner is closed")
         pmap = _problem_map(problems)
-        endpoints = [Endpoint(u) for u in self.urls]
-        self.last_endpoints = endpoints
-        batch = _Batch(pmap, candidates, endpoints)
+        batch = _Batch(pmap, candidates, [Endpoint(u, u) for u in self.urls])
         if not batch.candidates:
             batch.future.set_result([])
             return batch.future
@@ -232,7 +264,10 @@ class RemoteRunner:
                 batch.future.set_exception(e)
 
     def _dispatch(self, batch: _Batch) -> None:
-        probes = [threading.Thread(target=self._probe, args=(e,), daemon=True) for e in batch.endpoints]
+        batch.endpoints = [e for url in self.urls for e in expand_endpoint(url)]
+        self.last_endpoints = batch.endpoints
+        probes = [threading.Thread(target=self._probe, args=(e,), daemon=True) for e in batch.endpoints
+                  if e.error is None]
         for t in probes:
             t.start()
         for t in probes:

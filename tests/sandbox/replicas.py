@@ -35,11 +35,12 @@ class Replica:
             return json.loads(resp.read())
 
 
-def start_replica(*args: str, workers: int = 1, token: str = TOKEN) -> Replica:
+def start_replica(*args: str, workers: int = 1, token: str = TOKEN, host: str = "127.0.0.1",
+                  port: int = 0) -> Replica:
     env = dict(os.environ, CRUCIBLE_SANDBOX_TOKEN=token)
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve", "--port", "0", "--workers", str(workers),
-                             *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve", "--host", host, "--port", str(port),
+                             "--workers", str(workers), *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     if not line:
         proc.wait(timeout=30)
@@ -47,12 +48,22 @@ def start_replica(*args: str, workers: int = 1, token: str = TOKEN) -> Replica:
     return Replica(json.loads(line)["serving"], proc)
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @contextlib.contextmanager
-def replicas(n: int, *args: str, workers: int = 1) -> Iterator[list[Replica]]:
+def replicas(n: int, *args: str, workers: int = 1, hosts: list[str] | None = None,
+             port: int = 0) -> Iterator[list[Replica]]:
+    """`n` replicas on loopback; with `hosts`, replica k listens on hosts[k] (127.0.0.x) at `port`."""
     started: list[Replica] = []
     try:
-        for _ in range(n):
-            started.append(start_replica(*args, workers=workers))
+        for k in range(n):
+            host = hosts[k] if hosts else "127.0.0.1"
+            started.append(start_replica(*args, workers=workers, host=host, port=port))
         yield started
     finally:
         for r in started:

@@ -142,3 +142,33 @@ def test_the_operators_endpoints_are_the_default_and_the_only_ones_allowed(monke
     assert make_runner(endpoints=["http://10.0.0.6:8700"]).urls == ["http://10.0.0.6:8700"]
     with pytest.raises(ValueError, match="not one of this worker's CRUCIBLE_SANDBOX_ENDPOINTS"):
         make_runner(endpoints=["http://attacker.example:80"])
+
+
+def test_replicas_behind_one_name_are_each_used_and_one_dying_costs_nothing(monkeypatch):
+    import socket
+
+    from .replicas import free_port
+
+    real = socket.getaddrinfo
+    hosts = ["127.0.0.2", "127.0.0.3"]
+
+    def resolve(host, port, *args, **kw):  # what the orchestrator's DNS answers for a scaled service
+        if host == "sandbox.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (h, port)) for h in hosts]
+        return real(host, port, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    port = free_port()
+    cands = batch(12, sleep_s=0.3)
+    with Runner(workers=2) as local:
+        expected = verdicts(local.run_batch(PROBLEMS, cands))
+    with replicas(2, hosts=hosts, port=port) as (doomed, survivor):
+        runner = RemoteRunner([f"http://sandbox.test:{port}"], TOKEN, requests_per_endpoint=1)
+        future = runner.submit_batch(PROBLEMS, cands)
+        while doomed.health()["busy"] == 0:
+            time.sleep(0.05)
+        doomed.kill()
+        results = future.result(timeout=300)
+    assert verdicts(results) == expected
+    assert [e.url for e in runner.last_endpoints] == [f"http://{h}:{port}" for h in hosts]
+    assert runner.last_endpoints[0].error is not None and runner.last_endpoints[1].error is None
