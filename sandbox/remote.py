@@ -1,8 +1,8 @@
 """`RemoteRunner`: the `Runner` interface over `python -m sandbox serve` replicas (sandbox/service.py).
 
 A batch is cut into chunks that the replicas pull from one queue: each replica keeps
-`requests_per_endpoint` requests in flight, each of `free capacity` candidates (its `workers - busy`
-at the start of the batch, at least one), so candidates spread over the replicas in proportion to
+`requests_per_endpoint` requests in flight, each of `chunk_per_slot` x its free capacity candidates
+(free capacity: its `workers - busy` at the start of the batch, at least one), so candidates spread over the replicas in proportion to
 their free capacity and a faster replica simply pulls more chunks. Results stream back as JSON lines;
 a replica whose connection breaks or stays silent past `idle_timeout_s` (it sends heartbeats) is
 dropped for the rest of the batch and the candidates of its chunks that have no result go back on
@@ -133,6 +133,11 @@ class _Batch:
         self.endpoints = endpoints
         self.in_flight = 0
         self.alive = 0
+        self.received = 0
+        """Results that arrived (a re-run candidate's second result counts; `duplicates` says how many)."""
+        self.duplicates = 0
+        self.requeued = 0
+        """Candidates put back on the queue because their replica was lost."""
         self.cv = threading.Condition()
         self.future: Future = Future()
         self.future.set_running_or_notify_cancel()
@@ -151,7 +156,9 @@ class _Batch:
 
     def record(self, i: int, result: ExecutionResult) -> None:
         with self.cv:
+            self.received += 1
             if self.results[i] is not None:
+                self.duplicates += 1
                 return  # a re-run of a candidate that already had its result
             self.results[i] = result
             self.left -= 1
@@ -164,6 +171,7 @@ class _Batch:
         with self.cv:
             self.in_flight -= 1
             missing = [i for i in chunk if self.results[i] is None]
+            self.requeued += len(missing)
             self.pending.extendleft(reversed(missing))
             self.cv.notify_all()
 
@@ -188,7 +196,7 @@ class RemoteRunner:
 
     def __init__(self, endpoints: Sequence[str], token: str | None = None, *, timeout_s: float | None = None,
                  memory_mb: int | None = None, requests_per_endpoint: int = 2, idle_timeout_s: float = 30.0,
-                 max_chunk: int = 256):
+                 chunk_per_slot: int = 8, max_chunk: int = 256):
         if not endpoints:
             raise ValueError("RemoteRunner needs at least one endpoint URL (empty: use sandbox.Runner)")
         self.urls = [check_endpoint_url(u) for u in endpoints]
@@ -203,11 +211,14 @@ class RemoteRunner:
         self.memory_mb = memory_mb
         self.requests_per_endpoint = max(1, requests_per_endpoint)
         self.idle_timeout_s = idle_timeout_s
+        self.chunk_per_slot = max(1, chunk_per_slot)
         self.max_chunk = max(1, max_chunk)
         self.mode = "remote"
         self.backend = "remote"
         self._closed = False
         self._workers = 0
+        self.last_batch: _Batch | None = None
+        """The latest batch (its `received`, `duplicates` and `requeued` counts), for diagnostics."""
         self.last_endpoints: list[Endpoint] = []
         """The endpoints of the latest batch as it saw them (capacity, and why one was dropped)."""
 
@@ -235,6 +246,7 @@ class RemoteRunner:
             raise RuntimeError("RemoteRunner is closed")
         pmap = _problem_map(problems)
         batch = _Batch(pmap, candidates, [Endpoint(u, u) for u in self.urls])
+        self.last_batch = batch
         if not batch.candidates:
             batch.future.set_result([])
             return batch.future
@@ -302,7 +314,7 @@ class RemoteRunner:
 
     def _lane(self, batch: _Batch, e: Endpoint) -> None:
         """One request at a time to `e`, until the batch is done or `e` fails."""
-        size = min(self.max_chunk, e.free)
+        size = min(self.max_chunk, e.free * self.chunk_per_slot)
         while e.error is None:
             chunk = batch.take(size)
             if chunk is None:
@@ -332,7 +344,8 @@ class RemoteRunner:
         try:
             resp = conn.request("POST", RUN_BATCH_PATH, body, self.token)
             if resp.status != 200:
-                raise _ReplicaLost(f"run-batch answered {resp.status}: {resp.read(500).decode(errors='replace')}")
+                raise _ReplicaLost(f"run-batch answered {resp.status}: "
+                                  f"{resp.read(500).decode(errors='replace').strip()}")
             for raw in resp:
                 if not raw.strip():
                     continue  # heartbeat

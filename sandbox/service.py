@@ -335,6 +335,12 @@ class Handler(BaseHTTPRequestHandler):
                 self._chunk(b"\n")
                 continue
             ready[i] = res
+            while True:  # whatever else has finished goes out in the same write
+                try:
+                    i, res = finished.get_nowait()
+                except queue.Empty:
+                    break
+                ready[i] = res
             lines = []
             while sent in ready:
                 res = ready.pop(sent)

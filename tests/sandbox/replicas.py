@@ -57,13 +57,13 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def replicas(n: int, *args: str, workers: int = 1, hosts: list[str] | None = None,
-             port: int = 0) -> Iterator[list[Replica]]:
+             port: int = 0, token: str = TOKEN) -> Iterator[list[Replica]]:
     """`n` replicas on loopback; with `hosts`, replica k listens on hosts[k] (127.0.0.x) at `port`."""
     started: list[Replica] = []
     try:
         for k in range(n):
             host = hosts[k] if hosts else "127.0.0.1"
-            started.append(start_replica(*args, workers=workers, host=host, port=port))
+            started.append(start_replica(*args, workers=workers, host=host, port=port, token=token))
         yield started
     finally:
         for r in started:
