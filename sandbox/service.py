@@ -345,10 +345,10 @@ class Handler(BaseHTTPRequestHandler):
             while sent in ready:
                 res = ready.pop(sent)
                 line = {**res.to_dict(), "problem_id": batch.candidates[sent].problem_id, "candidate_index": sent}
-                lines.append(json.dumps(line, ensure_ascii=False))
+                lines.append(json.dumps(line))
                 sent += 1
             if lines:
-                self._chunk(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+                self._chunk(("\n".join(lines) + "\n").encode("ascii"))
 
 
 def serve(config: ServiceConfig, *, ready=None) -> None:
