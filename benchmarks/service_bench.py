@@ -159,7 +159,8 @@ def bench_recovery(problems, cands, token: str) -> list[str]:
     return [f"Recovery: {len(cands)} candidates on 2 replicas × 1 worker, one killed (SIGKILL) after "
             f"{killed_at:.2f} s with {len(cands) // 4} results in: the batch finished in {wall:.2f} s with "
             f"{len(results)} results ({lost} missing); {batch.requeued} candidates of the killed replica went "
-            f"back on the queue and ran on the survivor, {batch.duplicates} second results were dropped; verdicts {'identical to' if got == expected else '**different from**'} the in-process "
+            f"back on the queue and ran on the survivor, {batch.duplicates} second results were dropped; verdicts "
+            f"{'identical to' if got == expected else '**different from**'} the in-process "
             f"pool's ({sum(r.passed for r in results)}/{len(cands)} passed); the killed replica: "
             f"{runner.last_endpoints[0].error}."]
 

@@ -27,7 +27,6 @@ import stat
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
 
 from .problems import Environment
 

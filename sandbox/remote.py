@@ -2,10 +2,10 @@
 
 A batch is cut into chunks that the replicas pull from one queue: each replica keeps
 `requests_per_endpoint` requests in flight, each of `chunk_per_slot` x its free capacity candidates
-(free capacity: its `workers - busy` at the start of the batch, at least one), so candidates spread over the replicas in proportion to
-their free capacity and a faster replica simply pulls more chunks. Results stream back as JSON lines;
-a replica whose connection breaks or stays silent past `idle_timeout_s` (it sends heartbeats) is
-dropped for the rest of the batch and the candidates of its chunks that have no result go back on
+(free capacity: its `workers - busy` at the start of the batch, at least one), so candidates spread
+over the replicas in proportion to their free capacity and a faster replica simply pulls more chunks.
+Results stream back as JSON lines; a replica whose connection breaks or stays silent past
+`idle_timeout_s` (it sends heartbeats) is dropped for the rest of the batch and the candidates of its chunks that have no result go back on
 the queue for the others (verdicts are deterministic, so a re-run changes nothing). Every candidate
 gets exactly one result. Only when no replica is left does the batch fail, with `RemoteUnavailable`
 naming every endpoint and what happened to it. Each batch probes every endpoint again, so a replica
@@ -20,8 +20,8 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 from urllib.parse import urlsplit
 
 from .result import ExecutionResult

@@ -401,7 +401,7 @@ class SandboxConfig(_Section):
     mode: str = _field("warm", choices=SANDBOX_MODES)
     """warm: reuse isolated pre-started interpreters (fast); cold: a fresh process per execution."""
     endpoints: tuple[str, ...] = ()
-    """URLs of `python -m sandbox serve` replicas to run on (token from CRUCIBLE_SANDBOX_TOKEN); empty = the local pool."""
+    """URLs of `python -m sandbox serve` replicas (token from CRUCIBLE_SANDBOX_TOKEN); empty = the local pool."""
 
     def _check(self) -> None:
         from sandbox.remote import check_endpoint_url
