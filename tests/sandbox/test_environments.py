@@ -161,3 +161,16 @@ def test_a_replica_runs_the_environment_of_the_problems_it_is_sent():
     with replicas(1, workers=1) as (replica,):
         rows = check_problems(loaded.problems, runner=RemoteRunner([replica.url], TOKEN))
     assert [(r["reference_passed"], r["empty_failed"]) for r in rows] == [(True, True), (True, True)], rows
+
+
+def test_the_docker_backends_relay_workers_run_an_environment_too():
+    from sandbox.backends.docker import LocalRelayExecutor
+
+    code = "import six\ndef f():\n    return 'ok'\n"
+    with_six = Problem(id="six", kind="function", entry_point="f", tests=("assert f() == 'ok'",), environment=SIX)
+    plain = Problem(id="plain", kind="function", entry_point="f", tests=("assert f() == 'ok'",))
+    ex = LocalRelayExecutor()
+    try:
+        assert [ex.run(p, code).status.value for p in (with_six, plain, with_six)] == ["passed", "error", "passed"]
+    finally:
+        ex.close()
