@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", default="process")
     check.add_argument("--workers", type=int, default=None, metavar="N")
     check.add_argument("--mode", choices=("warm", "cold"), default="warm")
+    check.add_argument("--endpoints", nargs="+", metavar="URL", default=None,
+                       help="run on these `serve` replicas (token from CRUCIBLE_SANDBOX_TOKEN) instead of locally")
 
     serve = sub.add_parser("serve", help="serve run-batch over HTTP (token from CRUCIBLE_SANDBOX_TOKEN)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
@@ -190,7 +192,18 @@ def cmd_check(a) -> int:
     res = _load_problems(a.file, a.format)
     if not res.problems and not res.errors:
         raise UsageError(f"{a.file}: no problems in the file")
-    rows = check_problems(res.problems, backend=a.backend, workers=a.workers, mode=a.mode)
+    runner = None
+    if a.endpoints:
+        from .remote import RemoteRunner
+        runner = RemoteRunner(a.endpoints)
+    try:
+        rows = check_problems(res.problems, backend=a.backend, workers=a.workers, mode=a.mode, runner=runner)
+    except RuntimeError as e:  # RemoteUnavailable: no replica left
+        from .backends.base import SandboxUnavailable
+        from .remote import RemoteUnavailable
+        if isinstance(e, RemoteUnavailable):
+            raise SandboxUnavailable(str(e)) from None
+        raise
     passed = 0
     for row in rows:
         _print(row)

@@ -14,7 +14,6 @@ that comes back is used again.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import threading
@@ -26,7 +25,11 @@ from urllib.parse import urlsplit
 
 from .result import ExecutionResult
 from .runner import Candidate, Runner, _problem_map
-from .service import HEALTH_PATH, RUN_BATCH_PATH, TOKEN_ENV
+
+TOKEN_ENV = "CRUCIBLE_SANDBOX_TOKEN"
+"""The environment variable holding the shared token (never a command-line argument: `ps` shows those)."""
+RUN_BATCH_PATH = "/v1/run-batch"
+HEALTH_PATH = "/healthz"
 
 
 class RemoteUnavailable(RuntimeError):
@@ -101,16 +104,23 @@ def check_endpoint_url(url: str) -> str:
     return url.strip().rstrip("/")
 
 
+def _errors() -> tuple:
+    """What a broken or lying replica raises here (connection, protocol, bad JSON or fields)."""
+    import http.client
+    return (OSError, ValueError, KeyError, TypeError, http.client.HTTPException)
+
+
 class _Connection:
     """One HTTP exchange with an endpoint (http.client, a new connection per request)."""
 
     def __init__(self, url: str, timeout_s: float):
+        import http.client  # here, not at import: `sandbox` CLI calls that never reach a replica stay fast
         parts = urlsplit(url)
         cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self.prefix = parts.path.rstrip("/")
         self.conn = cls(parts.hostname, parts.port, timeout=timeout_s)
 
-    def request(self, method: str, path: str, body: bytes | None, token: str) -> http.client.HTTPResponse:
+    def request(self, method: str, path: str, body: bytes | None, token: str):
         headers = {"Authorization": f"Bearer {token}"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -307,7 +317,7 @@ class RemoteRunner:
                 raise ValueError(f"/healthz answered {resp.status} {health!r}")
             e.workers = int(health["workers"])
             e.free = max(1, e.workers - int(health.get("busy", 0)))
-        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException) as err:
+        except _errors() as err:
             e.error = f"/healthz: {type(err).__name__}: {err}"[:300]
         finally:
             conn.close()
@@ -360,7 +370,7 @@ class RemoteRunner:
                 got += 1
             if got != len(chunk):
                 raise _ReplicaLost(f"the stream ended after {got} of {len(chunk)} results")
-        except (OSError, ValueError, KeyError, http.client.HTTPException) as err:
+        except _errors() as err:
             raise _ReplicaLost(f"{type(err).__name__}: {err}"[:300] + f" after {got} of {len(chunk)} results") \
                 from None
         finally:

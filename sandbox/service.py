@@ -34,12 +34,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .remote import HEALTH_PATH, RUN_BATCH_PATH, TOKEN_ENV
 from .runner import Candidate, Runner, summarize
 
-TOKEN_ENV = "CRUCIBLE_SANDBOX_TOKEN"
-"""The environment variable holding the shared token (never a command-line argument: `ps` shows those)."""
-RUN_BATCH_PATH = "/v1/run-batch"
-HEALTH_PATH = "/healthz"
 
 
 @dataclass(frozen=True)

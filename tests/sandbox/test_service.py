@@ -170,3 +170,16 @@ def test_a_candidate_cannot_reach_the_service_it_runs_under(replica):
     if result["isolation"] != "bwrap":
         pytest.skip(f"no network namespace without bubblewrap (isolation {result['isolation']})")
     assert result["status"] == "passed", result
+
+
+def test_check_runs_on_replicas_when_given_endpoints(replica, tmp_path):
+    good = {**PROBLEMS[0], "reference_solution": "def f(x):\n    return x * x\n"}
+    (tmp_path / "p.jsonl").write_text(json.dumps(good) + "\n")
+    env = dict(os.environ, CRUCIBLE_SANDBOX_TOKEN=TOKEN)
+    out = subprocess.run([sys.executable, "-m", "sandbox", "check", str(tmp_path / "p.jsonl"), "--endpoints",
+                          replica.url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "1 passed, 0 failed"
+    gone = subprocess.run([sys.executable, "-m", "sandbox", "check", str(tmp_path / "p.jsonl"), "--endpoints",
+                           "http://127.0.0.1:9"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert gone.returncode == 3 and "no sandbox endpoint is left: http://127.0.0.1:9" in gone.stderr
