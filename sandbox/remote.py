@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -325,17 +326,26 @@ class RemoteRunner:
     def _lane(self, batch: _Batch, e: Endpoint) -> None:
         """One request at a time to `e`, until the batch is done or `e` fails."""
         size = min(self.max_chunk, e.free * self.chunk_per_slot)
+        refused = 0  # 503s in a row: the replica is at its connection limit, not dead
         while e.error is None:
             chunk = batch.take(size)
             if chunk is None:
                 return
             try:
                 self._run_chunk(batch, e, chunk)
+                refused = 0
+            except _ReplicaBusy as busy:
+                refused += 1
+                if refused > MAX_REFUSALS:
+                    with batch.cv:
+                        e.error = e.error or f"{busy} ({refused} times in a row)"
             except _ReplicaLost as lost:
                 with batch.cv:
                     e.error = e.error or str(lost)
             finally:
                 batch.give_back(chunk)
+            if refused and e.error is None:
+                time.sleep(min(2.0, 0.05 * 2 ** refused))  # meanwhile the chunk is free for the others
         with batch.cv:
             e.lanes -= 1
             last_lane = e.lanes == 0
@@ -353,6 +363,8 @@ class RemoteRunner:
         got = 0
         try:
             resp = conn.request("POST", RUN_BATCH_PATH, body, self.token)
+            if resp.status == 503:
+                raise _ReplicaBusy(f"run-batch answered 503: {resp.read(500).decode(errors='replace').strip()}")
             if resp.status != 200:
                 raise _ReplicaLost(f"run-batch answered {resp.status}: "
                                   f"{resp.read(500).decode(errors='replace').strip()}")
@@ -379,6 +391,14 @@ class RemoteRunner:
 
 class _ReplicaLost(Exception):
     """A request to a replica failed; the replica is dropped for the rest of the batch."""
+
+
+class _ReplicaBusy(Exception):
+    """The replica refused a request at its connection limit (503): tried again after a pause."""
+
+
+MAX_REFUSALS = 20
+"""503s in a row after which a replica counts as lost."""
 
 
 ENDPOINTS_ENV = "CRUCIBLE_SANDBOX_ENDPOINTS"

@@ -172,3 +172,23 @@ def test_replicas_behind_one_name_are_each_used_and_one_dying_costs_nothing(monk
     assert verdicts(results) == expected
     assert [e.url for e in runner.last_endpoints] == [f"http://{h}:{port}" for h in hosts]
     assert runner.last_endpoints[0].error is not None and runner.last_endpoints[1].error is None
+
+
+def test_a_replica_at_its_connection_limit_is_asked_again_not_dropped():
+    cands = batch(6, sleep_s=0.3)
+    with replicas(1, "--max-connections", "1", workers=1) as (only,):
+        runner = RemoteRunner([only.url], TOKEN, requests_per_endpoint=2, chunk_per_slot=2)
+        results = runner.run_batch(PROBLEMS, cands)
+    assert runner.last_endpoints[0].error is None
+    with Runner(workers=1) as local:
+        assert verdicts(results) == verdicts(local.run_batch(PROBLEMS, cands))
+
+
+def test_heartbeats_keep_a_slow_batch_alive_past_the_idle_timeout():
+    slow = Problem(id="slow", kind="function", entry_point="f", tests=("assert f() == 1",), time_limit_s=10.0,
+                   memory_limit_mb=128)
+    with replicas(1) as (only,):
+        runner = RemoteRunner([only.url], TOKEN, idle_timeout_s=2.5)  # the replica beats every 2 s
+        res = runner.run_batch([slow], [Candidate("slow", code="import time\ndef f():\n    time.sleep(6)\n"
+                                                                "    return 1\n")])
+    assert res[0].passed, res[0].to_dict()
