@@ -62,7 +62,7 @@ class ServiceConfig:
     max_connections: int = 64
     """Connections served at once (503 beyond): bounds the server's threads."""
     request_timeout_s: float = 30.0
-    """Longest wait for any part of a request (headers, each body read) and for the client to read a write."""
+    """Longest time for the request line and headers, and for each body read and each write."""
     body_deadline_s: float = 120.0
     """Longest time to receive a whole body (a client dripping bytes is cut off)."""
     heartbeat_s: float = 2.0
@@ -208,6 +208,25 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.config.request_timeout_s  # every read and write on the socket
         super().setup()
+        # The request line and headers must all arrive within the timeout, not one byte per timeout:
+        # otherwise a few slow clients hold every connection slot.
+        self._header_deadline = threading.Timer(self.server.config.request_timeout_s, self._cut)
+        self._header_deadline.daemon = True
+        self._header_deadline.start()
+
+    def _cut(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def parse_request(self) -> bool:
+        self._header_deadline.cancel()
+        return super().parse_request()
+
+    def finish(self) -> None:
+        self._header_deadline.cancel()
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"{self.address_string()} {format % args}\n")

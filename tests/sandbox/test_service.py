@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from urllib.parse import urlsplit
 
 import pytest
@@ -183,3 +184,32 @@ def test_check_runs_on_replicas_when_given_endpoints(replica, tmp_path):
     gone = subprocess.run([sys.executable, "-m", "sandbox", "check", str(tmp_path / "p.jsonl"), "--endpoints",
                            "http://127.0.0.1:9"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert gone.returncode == 3 and "no sandbox endpoint is left: http://127.0.0.1:9" in gone.stderr
+
+
+def test_a_client_dripping_its_headers_is_cut_off():
+    from sandbox.runner import Runner
+    from sandbox.service import SandboxService, ServiceConfig
+
+    config = ServiceConfig(token=TOKEN, port=0, request_timeout_s=1.0)
+    with Runner(workers=1) as runner:
+        service = SandboxService(config, runner)
+        threading.Thread(target=service.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        try:
+            with socket.create_connection(service.server_address[:2], timeout=10) as s:
+                closed = False
+                for _ in range(40):  # one header byte every 0.1 s: never a full request
+                    try:
+                        s.sendall(b"X")
+                        s.settimeout(0.1)
+                        if s.recv(1) == b"":
+                            closed = True
+                            break
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        closed = True
+                        break
+            assert closed, "the server kept a connection that never finished its headers"
+        finally:
+            service.shutdown()
+            service.server_close()
