@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.remote import RemoteRunner
 from tests.sandbox.replicas import TOKEN, replicas
 from tests.training.conftest import PROBLEMS, tiny_run_config
 from training.config import ConfigError
@@ -22,9 +23,9 @@ from training.trainer import train
 SLOW = [{**p, "setup": "import time\ntime.sleep(0.4)\n"} for p in PROBLEMS if p["split"] == "train"]
 
 
-@pytest.fixture
-def slow_problems(tmp_path) -> Path:
-    path = tmp_path / "slow.jsonl"
+@pytest.fixture(scope="module")
+def slow_problems(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("problems") / "slow.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in SLOW))
     return path
 
@@ -40,19 +41,36 @@ def verdicts(run_dir: Path) -> list[tuple]:
     return out
 
 
-def run(model_dir: Path, problems: Path, out: Path, endpoints=()) -> str:
+def run(model_dir: Path, problems: Path, out: Path, endpoints=(), runner=None) -> str:
     cfg = tiny_run_config(model_dir, problems, sandbox={"workers": 2, "endpoints": list(endpoints)})
-    return train(cfg, out, progress=False)
+    return train(cfg, out, progress=False, runner=runner)
 
 
-def test_a_run_on_two_replicas_gives_the_local_pools_verdicts_even_when_one_dies_mid_step(
-        tmp_path, qwen3_model_dir, slow_problems, monkeypatch):
-    monkeypatch.setenv("CRUCIBLE_SANDBOX_TOKEN", TOKEN)
-    assert run(qwen3_model_dir, slow_problems, tmp_path / "local") == "succeeded"
-    expected = verdicts(tmp_path / "local")
+@pytest.fixture(scope="module")
+def local_verdicts(tmp_path_factory, qwen3_model_dir, slow_problems) -> list[tuple]:
+    out = tmp_path_factory.mktemp("local")
+    assert run(qwen3_model_dir, slow_problems, out) == "succeeded"
+    expected = verdicts(out)
     assert len(expected) == 2 * 2 * 4  # steps x problems x candidates
+    return expected
 
+
+def test_a_run_configured_with_two_replicas_gives_the_local_pools_verdicts(tmp_path, qwen3_model_dir, slow_problems,
+                                                                         local_verdicts, monkeypatch):
+    monkeypatch.setenv("CRUCIBLE_SANDBOX_TOKEN", TOKEN)
+    with replicas(2) as started:
+        status = run(qwen3_model_dir, slow_problems, tmp_path / "remote", [r.url for r in started])
+        served = [r.health() for r in started]
+    assert status == "succeeded"
+    assert verdicts(tmp_path / "remote") == local_verdicts
+    assert all(h["busy"] == 0 for h in served)
+
+
+def test_a_replica_killed_mid_step_loses_and_doubles_no_result(tmp_path, qwen3_model_dir, slow_problems,
+                                                               local_verdicts):
     with replicas(2) as (doomed, survivor):
+        # One candidate per request, so both replicas hold candidates of the step when one dies.
+        runner = RemoteRunner([doomed.url, survivor.url], TOKEN, chunk_per_slot=1)
         killed = threading.Event()
 
         def kill_when_busy() -> None:
@@ -67,12 +85,12 @@ def test_a_run_on_two_replicas_gives_the_local_pools_verdicts_even_when_one_dies
 
         watcher = threading.Thread(target=kill_when_busy, daemon=True)
         watcher.start()
-        status = run(qwen3_model_dir, slow_problems, tmp_path / "remote", [doomed.url, survivor.url])
+        status = run(qwen3_model_dir, slow_problems, tmp_path / "remote", runner=runner)
         killed.set()
         watcher.join(timeout=30)
         assert doomed.proc.poll() is not None, "the replica was never killed mid-step"
     assert status == "succeeded"
-    assert verdicts(tmp_path / "remote") == expected
+    assert verdicts(tmp_path / "remote") == local_verdicts
 
 
 def test_a_run_whose_replicas_are_all_gone_fails_naming_them(tmp_path, qwen3_model_dir, slow_problems,
