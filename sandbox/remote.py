@@ -125,7 +125,10 @@ class _Connection:
         headers = {"Authorization": f"Bearer {token}"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        self.conn.request(method, self.prefix + path, body=body, headers=headers)
+        try:
+            self.conn.request(method, self.prefix + path, body=body, headers=headers)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the replica answered before reading the whole body (401, 413, 503): read that answer
         return self.conn.getresponse()
 
     def close(self) -> None:

@@ -175,17 +175,22 @@ class SandboxService(ThreadingHTTPServer):
 
     def process_request(self, request, client_address) -> None:
         if not self.slots.acquire(blocking=False):
-            try:  # a tiny answer on the accepting thread, then the connection is closed
-                request.settimeout(2.0)
-                body = b'{"error": "too many connections; retry later"}\n'
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Connection: close\r\nRetry-After: 1\r\nContent-Length: "
-                                + str(len(body)).encode() + b"\r\n\r\n" + body)
-            except OSError:
-                pass
-            self.shutdown_request(request)
+            threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
             return
         super().process_request(request, client_address)
+
+    def _refuse(self, request) -> None:
+        """503 to a connection over the limit (on its own short-lived thread, never the accepting one)."""
+        try:
+            request.settimeout(2.0)
+            body = b'{"error": "too many connections; retry later"}\n'
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                            b"Connection: close\r\nRetry-After: 1\r\nContent-Length: "
+                            + str(len(body)).encode() + b"\r\n\r\n" + body)
+            linger(request)
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
@@ -302,6 +307,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("WWW-Authenticate", 'Bearer realm="crucible-sandbox"')
             self.end_headers()
             self.wfile.write(body)
+            self.wfile.flush()
+            if status is not HTTPStatus.OK:
+                linger(self.connection)
         except OSError:
             pass
 
@@ -365,6 +373,21 @@ class Handler(BaseHTTPRequestHandler):
                 sent += 1
             if lines:
                 self._chunk(("\n".join(lines) + "\n").encode("ascii"))
+
+
+def linger(sock: socket.socket, max_s: float = 2.0) -> None:
+    """After an answer to a request whose body was not read: stop writing and discard what the client
+    still sends, for at most `max_s`, so that closing does not reset the connection and throw away
+    the answer before the client has read it."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if not sock.recv(1 << 20):
+                return
+    except OSError:
+        pass
 
 
 def serve(config: ServiceConfig, *, ready=None) -> None:

@@ -218,3 +218,10 @@ def test_a_client_dripping_its_headers_is_cut_off():
         finally:
             service.shutdown()
             service.server_close()
+
+
+def test_a_client_that_sends_a_body_over_the_limit_still_reads_the_413(replica):
+    big = [{"problem_id": "sq", "code": "x = 1\n" + "#" * (16 << 20)}]  # more than the socket buffers
+    for _ in range(3):  # the answer must not be lost to a reset connection
+        status, data = post(replica.url, batch_body(candidates=big))
+        assert status == 413, data
