@@ -5,8 +5,9 @@ A batch is cut into chunks that the replicas pull from one queue: each replica k
 (free capacity: its `workers - busy` at the start of the batch, at least one), so candidates spread
 over the replicas in proportion to their free capacity and a faster replica simply pulls more chunks.
 Results stream back as JSON lines; a replica whose connection breaks or stays silent past
-`idle_timeout_s` (it sends heartbeats) is dropped for the rest of the batch and the candidates of its chunks that have no result go back on
-the queue for the others (verdicts are deterministic, so a re-run changes nothing). Every candidate
+`idle_timeout_s` (it sends heartbeats) is dropped for the rest of the batch and the candidates of its
+chunks that have no result go back on the queue for the others (verdicts are deterministic, so a
+re-run changes nothing); one at its connection limit (503) is asked again after a pause. Every candidate
 gets exactly one result. Only when no replica is left does the batch fail, with `RemoteUnavailable`
 naming every endpoint and what happened to it. Each batch probes every endpoint again, so a replica
 that comes back is used again.
