@@ -3,9 +3,9 @@ RESULTS.md.
 
     python benchmarks/run_all.py [--only NAME ...] [--skip NAME ...] [--no-write] [--list]
 
-Order: sandbox_bench, web_bench, rescore_bench, train_step_bench, learning_demo. gpu_check is not run here: it
-needs a GPU machine (run it there by hand; ``python benchmarks/gpu_check.py --tiny`` smoke-tests it
-on CPU). A benchmark whose file is missing is reported as skipped; one that fails does not stop the
+Order: sandbox_bench, service_bench, web_bench, rescore_bench, train_step_bench, learning_demo. gpu_check
+is not run here: it needs a GPU machine (run it there by hand; ``python benchmarks/gpu_check.py --tiny``
+smoke-tests it on CPU). A benchmark whose file is missing is reported as skipped; one that fails does not stop the
 others, and the exit status is 1 if any failed. Benchmarks run sequentially on purpose: they time
 things, and running two at once on a small machine would corrupt both.
 """
@@ -24,6 +24,7 @@ ROOT = HERE.parent
 # name -> extra arguments (each script accepts --no-write)
 BENCHMARKS: dict[str, list[str]] = {
     "sandbox_bench": [],
+    "service_bench": [],
     "web_bench": [],
     "rescore_bench": [],
     "train_step_bench": [],

@@ -1,6 +1,7 @@
 """Sandbox throughput: the same small MBPP-size candidates, side by side, on the same workers.
 
     python -m sandbox bench [--n 256] [--workers 2] [--rounds 5] [--results benchmarks/RESULTS.md]
+    python -m sandbox bench --endpoints [URL ...]   (the sandbox as a service: benchmarks/service_bench.py)
 
 Contenders (each judges every candidate: program + its 3 assertions):
 - bare:       `python3 -I -c PROGRAM` per candidate, no isolation at all (the floor to beat);
@@ -176,6 +177,10 @@ def bench_flags(repeat: int = 20) -> tuple[float, float, int]:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--endpoints" in argv:  # the sandbox as a service (benchmarks/service_bench.py)
+        from benchmarks import service_bench
+        return service_bench.main(argv)
     ap = argparse.ArgumentParser(prog="python -m sandbox bench")
     ap.add_argument("--n", type=int, default=256, help="candidates (default 256)")
     ap.add_argument("--workers", type=int, default=2)

@@ -21,6 +21,9 @@ _EXPORTS = {
     "SandboxUnavailable": "backends.base",
     "Candidate": "runner", "Runner": "runner", "run_batch": "runner",
     "check_problems": "checks",
+    # execution at scale (issue 21)
+    "Environment": "problems", "RemoteRunner": "remote", "RemoteUnavailable": "remote",
+    "make_runner": "remote",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,4 @@
-"""`python -m sandbox run | run-batch | check | bench` (contract in DESIGN.md "CLI").
+"""`python -m sandbox run | run-batch | check | serve | bench` (contract in DESIGN.md "CLI").
 
 Exit status: 0 whatever the verdicts (`check`: 1 when a problem fails its check); 2 for usage errors
 and bad input files; 3 when the sandbox itself is broken.
@@ -105,6 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", default="process")
     check.add_argument("--workers", type=int, default=None, metavar="N")
     check.add_argument("--mode", choices=("warm", "cold"), default="warm")
+    check.add_argument("--endpoints", nargs="+", metavar="URL", default=None,
+                       help="run on these `serve` replicas (token from CRUCIBLE_SANDBOX_TOKEN) instead of locally")
+
+    serve = sub.add_parser("serve", help="serve run-batch over HTTP (token from CRUCIBLE_SANDBOX_TOKEN)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
+                       "0.0.0.0 serves other machines)")
+    serve.add_argument("--port", type=int, default=8700, help="TCP port (default 8700; 0: any free one)")
+    serve.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="parallel executions (default: CPU count)")
+    serve.add_argument("--backend", default="process", help="process (default) or docker")
+    serve.add_argument("--mode", choices=("warm", "cold"), default="warm")
+    serve.add_argument("--max-body-mb", type=int, default=64, metavar="M", help="largest request body (64)")
+    serve.add_argument("--max-candidates", type=int, default=4096, metavar="N",
+                       help="most candidates per request (4096)")
+    serve.add_argument("--max-connections", type=int, default=64, metavar="N",
+                       help="connections served at once (64)")
 
     bench = sub.add_parser("bench", help="measure throughput (benchmarks/sandbox_bench.py)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
@@ -141,20 +157,12 @@ def _read_candidates(path: str, problem_ids: set[str]):
             obj = json.loads(line)
         except ValueError as e:
             raise UsageError(f"{path} line {lineno}: not JSON ({e})") from None
-        if not isinstance(obj, dict):
-            raise UsageError(f"{path} line {lineno}: expected an object")
-        pid = obj.get("problem_id")
-        if not isinstance(pid, (str, int)) or str(pid) not in problem_ids:
-            raise UsageError(f"{path} line {lineno}: problem_id {pid!r} is not in the problems file")
-        given = [k for k in ("code", "completion", "reply") if obj.get(k) is not None]
-        if len(given) != 1:
-            raise UsageError(f"{path} line {lineno}: needs exactly one of the fields "
-                             f"code, completion, reply (got {', '.join(given) or 'none'})")
-        if not isinstance(obj[given[0]], str):
-            raise UsageError(f"{path} line {lineno}: {given[0]}: must be a string, got "
-                             f"{type(obj[given[0]]).__name__}")
+        try:
+            cand = Candidate.from_dict(obj, problem_ids)
+        except ValueError as e:
+            raise UsageError(f"{path} line {lineno}: {e}") from None
         # candidate_index is the 0-based line number in the file (DESIGN.md), blank lines included.
-        cands.append((lineno - 1, Candidate(problem_id=str(pid), **{given[0]: obj[given[0]]})))
+        cands.append((lineno - 1, cand))
     return cands
 
 
@@ -184,7 +192,18 @@ def cmd_check(a) -> int:
     res = _load_problems(a.file, a.format)
     if not res.problems and not res.errors:
         raise UsageError(f"{a.file}: no problems in the file")
-    rows = check_problems(res.problems, backend=a.backend, workers=a.workers, mode=a.mode)
+    runner = None
+    if a.endpoints:
+        from .remote import RemoteRunner
+        runner = RemoteRunner(a.endpoints)
+    try:
+        rows = check_problems(res.problems, backend=a.backend, workers=a.workers, mode=a.mode, runner=runner)
+    except RuntimeError as e:  # RemoteUnavailable: no replica left
+        from .backends.base import SandboxUnavailable
+        from .remote import RemoteUnavailable
+        if isinstance(e, RemoteUnavailable):
+            raise SandboxUnavailable(str(e)) from None
+        raise
     passed = 0
     for row in rows:
         _print(row)
@@ -197,6 +216,22 @@ def cmd_check(a) -> int:
               f"(see the warnings above)", file=sys.stderr)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def cmd_serve(a) -> int:
+    from .service import config_from_env, serve
+    if a.workers is not None and a.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    config = config_from_env(host=a.host, port=a.port, workers=a.workers or 0, backend=a.backend, mode=a.mode,
+                             max_body_bytes=a.max_body_mb << 20, max_candidates=a.max_candidates,
+                             max_connections=a.max_connections)
+
+    def ready(service) -> None:  # first stdout line: where it listens (port 0 picks one)
+        _print({"serving": service.url, "workers": service.runner.workers})
+        print(f"sandbox service on {service.url}, {service.runner.workers} workers", file=sys.stderr)
+
+    serve(config, ready=ready)
+    return 0
 
 
 def cmd_bench(a) -> int:
@@ -217,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     from .protocol.channel import WorkerBroken
     try:
         return {"run": cmd_run, "run-batch": cmd_run_batch, "check": cmd_check,
-                "bench": cmd_bench}[a.verb](a)
+                "serve": cmd_serve, "bench": cmd_bench}[a.verb](a)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

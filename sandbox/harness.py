@@ -280,6 +280,9 @@ def _child(header, fds):
     if random is not None:  # what os.fork()'s at-fork hook did (the worker forks with libc's)
         random.seed()
     sys.argv = ["candidate"]
+    if header.get("site"):  # the problem's environment (read-only): its packages, .pth files included
+        import site
+        site.addsitedir(header["site"])
     sys.setrecursionlimit(10000)
     if header["mode"] == "stdio":
         _run_stdio(header["code"])

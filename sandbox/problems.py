@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -88,8 +89,60 @@ class TestCase:
         return {"input": self.input, "output": self.output}
 
 
+MAX_PACKAGES = 64
+"""Most requirements in one environment."""
+# name[extras] then optional comma-separated version clauses: no URLs, paths, options or markers.
+_REQUIREMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
+                          r"(?:\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"
+                          r"(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+)*)?$")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What a problem's candidates run with beyond the standard library (built by sandbox.environments)."""
+
+    python_packages: tuple[str, ...] = ()
+    """pip requirement specifiers (`numpy==2.*`, `pandas>=2,<3`): names, extras and versions only."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.python_packages, list):
+            object.__setattr__(self, "python_packages", tuple(self.python_packages))
+        if not isinstance(self.python_packages, tuple):
+            raise ProblemError("environment.python_packages", 'must be a list of requirement strings such as '
+                                                              '["numpy==2.*"]')
+        if len(self.python_packages) > MAX_PACKAGES:
+            raise ProblemError("environment.python_packages", f"{len(self.python_packages)} packages; at most "
+                                                              f"{MAX_PACKAGES}")
+        for i, spec in enumerate(self.python_packages):
+            if not isinstance(spec, str) or len(spec) > 200 or not _REQUIREMENT.match(spec.strip()):
+                raise ProblemError(f"environment.python_packages[{i}]",
+                                   f"{short(spec)} is not a requirement like numpy, numpy==2.*, pandas>=2,<3 "
+                                   "or pkg[extra] (no URLs, paths, options or markers)")
+
+    def to_dict(self) -> dict:
+        return {"python_packages": list(self.python_packages)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Environment":
+        if not isinstance(d, dict):
+            raise ProblemError("environment", f'must be an object such as {{"python_packages": ["numpy"]}}, '
+                                              f"got {type_name(d)}")
+        unknown = [k for k in d if k != "python_packages"]
+        if unknown:
+            raise ProblemError(f"environment.{str(unknown[0])[:80]}", "unknown field; valid: python_packages")
+        packages = d.get("python_packages") or []
+        if not isinstance(packages, list):
+            raise ProblemError("environment.python_packages", f"must be a list of requirement strings, got "
+                                                              f"{type_name(packages)}")
+        return cls(tuple(packages))
+
+    def describe(self) -> str:
+        """The packages for messages (`numpy==2.*, scipy`), or `the standard library only`."""
+        return ", ".join(self.python_packages) or "the standard library only"
+
+
 _FIELDS = ("id", "kind", "prompt", "entry_point", "tests", "test_cases", "setup",
-           "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags")
+           "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags", "environment")
 
 
 @dataclass(frozen=True)
@@ -122,6 +175,8 @@ class Problem:
     """`train` or `heldout` (never trained on; used for before/after evaluation)."""
     tags: tuple[str, ...] = ()
     """Free-form labels (difficulty, source, topic)."""
+    environment: Environment | None = None
+    """Python packages the candidates need (null: the standard library only)."""
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience and frozen into tuples so problems stay hashable.
@@ -138,6 +193,8 @@ class Problem:
             object.__setattr__(self, "test_cases", tuple(cases))
         if isinstance(self.time_limit_s, int) and not isinstance(self.time_limit_s, bool):
             object.__setattr__(self, "time_limit_s", float(self.time_limit_s))
+        if isinstance(self.environment, dict):
+            object.__setattr__(self, "environment", Environment.from_dict(self.environment))
         self._validate()
 
     def _validate(self) -> None:
@@ -189,12 +246,19 @@ class Problem:
             raise ProblemError("memory_limit_mb", f"{short(m)} must be an integer in "
                                                   f"[{MIN_MEMORY_LIMIT_MB}, {MAX_MEMORY_LIMIT_MB}]")
         validate_checker(self.checker)
+        if self.environment is not None and not isinstance(self.environment, Environment):
+            raise ProblemError("environment", f'must be an object such as {{"python_packages": ["numpy"]}}, '
+                                              f"got {type_name(self.environment)}")
         if self.split not in SPLITS:
             raise ProblemError("split", f"{short(self.split)} is not one of train, heldout")
 
     def to_dict(self) -> dict:
         """The native JSON form (DESIGN.md field names); fields of the other kind are left out."""
         d = asdict(self)
+        if self.environment is None:
+            del d["environment"]  # the native form of a problem without one is unchanged
+        else:
+            d["environment"] = self.environment.to_dict()
         d["tests"] = list(self.tests)
         d["tags"] = list(self.tags)
         d["test_cases"] = [case.to_dict() for case in self.test_cases]
@@ -236,6 +300,8 @@ class Problem:
                 value = float(value)
             elif name == "memory_limit_mb" and isinstance(value, float) and value.is_integer():
                 value = int(value)
+            elif name == "environment":
+                value = Environment.from_dict(value)
             kwargs[name] = value
         return cls(**kwargs)
 

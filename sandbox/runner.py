@@ -12,7 +12,7 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .limits import Limits
 from .result import ExecutionResult, Outcome, TestResult
@@ -27,6 +27,28 @@ class Candidate:
     code: str | None = None
     completion: str | None = None
     reply: str | None = None
+
+    def to_dict(self) -> dict:
+        """The JSON line form (`{"problem_id": ..., "code"|"completion"|"reply": ...}`)."""
+        return {"problem_id": self.problem_id, **{k: v for k, v in (
+            ("code", self.code), ("completion", self.completion), ("reply", self.reply)) if v is not None}}
+
+    @classmethod
+    def from_dict(cls, obj, problem_ids) -> "Candidate":
+        """A candidate from its JSON line form; ValueError (saying what is wrong) for anything else,
+        including a `problem_id` not in `problem_ids`."""
+        if not isinstance(obj, dict):
+            raise ValueError("expected an object")
+        pid = obj.get("problem_id")
+        if not isinstance(pid, (str, int)) or isinstance(pid, bool) or str(pid) not in problem_ids:
+            raise ValueError(f"problem_id {str(pid)[:80]!r} is not in the problems")
+        given = [k for k in ("code", "completion", "reply") if obj.get(k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"needs exactly one of the fields code, completion, reply "
+                             f"(got {', '.join(given) or 'none'})")
+        if not isinstance(obj[given[0]], str):
+            raise ValueError(f"{given[0]}: must be a string, got {type(obj[given[0]]).__name__}")
+        return cls(problem_id=str(pid), **{given[0]: obj[given[0]]})
 
 
 def _problem_map(problems) -> dict:
@@ -45,9 +67,7 @@ class Runner:
                  timeout_s: float | None = None, memory_mb: int | None = None, **backend_options):
         from .backends import get_executor
         if timeout_s is not None or memory_mb is not None:
-            # Fail here, once, rather than as a "sandbox failure" result on every candidate.
-            Limits(time_limit_s=2.0 if timeout_s is None else timeout_s,
-                   memory_mb=256 if memory_mb is None else memory_mb)
+            _check_overrides(timeout_s, memory_mb)
         self.workers = max(1, int(workers or os.cpu_count() or 1))
         self.mode = mode
         self.timeout_s = timeout_s
@@ -65,16 +85,31 @@ class Runner:
     def run_one(self, problem, candidate: Candidate | None = None, *, code: str | None = None
                 ) -> ExecutionResult:
         cand = candidate or Candidate(problem_id=problem.id, code=code)
-        return self._execute(problem, cand)
+        return self._execute(problem, cand, self.timeout_s, self.memory_mb)
 
     def run_batch(self, problems, candidates: Sequence[Candidate]) -> list[ExecutionResult]:
         """Results in the same order as `candidates`."""
         return self.submit_batch(problems, candidates).result()
 
-    def submit_batch(self, problems, candidates: Sequence[Candidate]) -> Future:
-        """Start a batch and return at once; the Future holds the list of results."""
+    def start(self) -> None:
+        """Start the worker slots (and warm workers) now rather than at the first batch."""
+        self._ensure_threads()
+
+    def submit_batch(self, problems, candidates: Sequence[Candidate], *,
+                     timeout_s: float | None = None, memory_mb: int | None = None,
+                     on_result: Callable[[int, ExecutionResult], None] | None = None,
+                     cancel: threading.Event | None = None) -> Future:
+        """Start a batch and return at once; the Future holds the list of results.
+
+        `timeout_s` / `memory_mb` override the Runner's own overrides for this batch only;
+        `on_result(i, result)` is called as each candidate finishes (on a slot thread); once
+        `cancel` is set, candidates not yet started end as `killed` without running."""
         if self._closed:
             raise RuntimeError("Runner is closed")
+        if timeout_s is not None or memory_mb is not None:
+            _check_overrides(timeout_s, memory_mb)
+        overrides = (self.timeout_s if timeout_s is None else timeout_s,
+                     self.memory_mb if memory_mb is None else memory_mb)
         pmap = _problem_map(problems)
         fut: Future = Future()
         fut.set_running_or_notify_cancel()
@@ -88,6 +123,8 @@ class Runner:
 
         def done(i: int, res: ExecutionResult) -> None:
             results[i] = res
+            if on_result is not None:
+                on_result(i, res)
             with lock:
                 state["left"] -= 1
                 last = state["left"] == 0
@@ -101,7 +138,7 @@ class Runner:
                 done(i, ExecutionResult(status=Outcome.ERROR, syntax_ok=False, format_ok=False,
                                         detail=f"candidate {i}: unknown problem_id {cand.problem_id!r}"))
                 continue
-            self._jobs.put((problem, cand, i, done))
+            self._jobs.put((problem, cand, i, done, overrides, cancel))
         return fut
 
     def close(self) -> None:
@@ -147,18 +184,24 @@ class Runner:
             job = self._jobs.get()
             if job is None:
                 return
-            problem, cand, i, done = job
+            problem, cand, i, done, overrides, cancel = job
+            if cancel is not None and cancel.is_set():
+                done(i, ExecutionResult(status=Outcome.KILLED, detail="not run: the batch was cancelled",
+                                        tests=[TestResult(name=n, error="not run: cancelled")
+                                               for n in _names(problem)]))
+                continue
             try:
-                res = self._execute(problem, cand)
+                res = self._execute(problem, cand, *overrides)
             except Exception as e:  # a broken sandbox: report it on this candidate, keep going
                 res = ExecutionResult(status=Outcome.KILLED, detail=f"sandbox failure: {type(e).__name__}: {e}",
                                       tests=[TestResult(name=n, error="not run: sandbox failure")
                                              for n in _names(problem)])
             done(i, res)
 
-    def _execute(self, problem, cand: Candidate) -> ExecutionResult:
+    def _execute(self, problem, cand: Candidate, timeout_s: float | None = None,
+                 memory_mb: int | None = None) -> ExecutionResult:
         from .candidate import assemble
-        limits = Limits.for_problem(problem, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        limits = Limits.for_problem(problem, timeout_s=timeout_s, memory_mb=memory_mb)
         given = {k: v for k, v in (("code", cand.code), ("completion", cand.completion),
                                    ("reply", cand.reply)) if v is not None}
         try:
@@ -170,6 +213,13 @@ class Runner:
                                           for n in _names(problem)])
         return self.executor.run(problem, asm.code, limits, syntax_ok=asm.syntax_ok,
                                  format_ok=asm.format_ok, assembly_detail=asm.detail)
+
+
+def _check_overrides(timeout_s: float | None, memory_mb: int | None) -> None:
+    """Raise ValueError for bad limit overrides here, once, rather than as a "sandbox failure"
+    result on every candidate."""
+    Limits(time_limit_s=2.0 if timeout_s is None else timeout_s,
+           memory_mb=256 if memory_mb is None else memory_mb)
 
 
 def _names(problem) -> list[str]:

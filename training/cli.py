@@ -263,15 +263,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     problems = _problems_of_split(args)
     _set_threads(args.threads)
 
-    from sandbox import Runner
+    from sandbox.remote import make_runner
     from training.evaluation import evaluate
 
     from training.config import ModelConfig
 
     model, tokenizer = load_model(args.model, args.adapter, cfg.model.dtype)
     with _sampler(cfg, model, tokenizer, ModelConfig(name_or_path=args.model, lora=None), problems) as sampler, \
-            Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                   timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+            make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend, workers=cfg.sandbox.workers,
+                        mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
+                        memory_mb=cfg.sandbox.memory_mb) as runner:
         report = evaluate(sampler, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
                           generator_seed=args.seed)
     if not args.per_problem:
@@ -308,7 +309,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     import torch
 
-    from sandbox import Runner
+    from sandbox.remote import make_runner
     from training.policy import ModelLoadError, load_policy
     from training.probe import probe
 
@@ -337,8 +338,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     results = []
     try:
         with _sampler(cfg, policy.model, policy.tokenizer, model_config, problems) as sampler, \
-                Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                       timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
+                make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend,
+                            workers=cfg.sandbox.workers, mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
+                            memory_mb=cfg.sandbox.memory_mb) as runner:
             for result in probe(sampler, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
                                 seed=args.seed, timeout_s=cfg.sandbox.timeout_s, progress=progress):
                 results.append(result)

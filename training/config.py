@@ -434,8 +434,19 @@ class SandboxConfig(_Section):
     """Memory limit per execution in MiB; null = each problem's own memory_limit_mb."""
     mode: str = _field("warm", choices=SANDBOX_MODES)
     """warm: reuse isolated pre-started interpreters (fast); cold: a fresh process per execution."""
+    endpoints: tuple[str, ...] = ()
+    """URLs of `python -m sandbox serve` replicas (token from CRUCIBLE_SANDBOX_TOKEN); empty = the local pool."""
 
     def _check(self) -> None:
+        from sandbox.remote import check_endpoint_url
+
+        for i, url in enumerate(self.endpoints):
+            try:
+                check_endpoint_url(url)
+            except ValueError as e:
+                raise ConfigError(f"endpoints[{i}]", str(e)) from None
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ConfigError("endpoints", "lists a URL twice; give each replica once")
         if not self.backend.strip():
             raise ConfigError("backend", 'must not be empty; "process" is the default backend')
         from sandbox.backends import backend_names

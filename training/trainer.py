@@ -199,10 +199,11 @@ class Trainer:
         self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, runtime=runtime,
                           **extra)
         if self.runner is None:
-            from sandbox import Runner
+            from sandbox.remote import make_runner  # the replicas of sandbox.endpoints, else the local pool
 
-            self.runner = Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
-                                 timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
+            self.runner = make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend,
+                                      workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
+                                      timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb)
 
         if self.start_step == 0:
             self.evaluate(0)

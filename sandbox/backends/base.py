@@ -86,6 +86,28 @@ class Executor:
         self.close()
 
 
+def _not_run(problem, status: Outcome, detail: str, why: str) -> ExecutionResult:
+    names = ([f"case {i + 1}" for i in range(len(problem.test_cases))] if problem.kind == "stdio"
+             else [f"test {i + 1}" for i in range(len(problem.tests))])
+    return ExecutionResult(status=status, detail=detail, tests=[TestResult(name=n, error=f"not run: {why}")
+                                                                for n in names])
+
+
+def _environment_site(executor, problem) -> tuple[str | None, ExecutionResult | None]:
+    """(host directory of the problem's environment, None), built on first use; or (None, an `error`
+    result saying why it cannot run) when this backend has no environments or the build failed."""
+    from ..environments import EnvironmentBuildError, default_cache
+    env = problem.environment
+    if not getattr(executor, "supports_environments", False):
+        return None, _not_run(problem, Outcome.ERROR, f"problem {problem.id!r} needs the environment "
+                              f"[{env.describe()}], which the {executor.name} backend cannot run yet; "
+                              "use the process backend", "no environment")
+    try:
+        return default_cache().site(env), None
+    except (EnvironmentBuildError, OSError, ValueError) as e:
+        return None, _not_run(problem, Outcome.ERROR, f"problem {problem.id!r}: {e}", "environment build failed")
+
+
 class PooledExecutor(Executor):
     """An executor that lends started workers (`_borrow`) and takes them back (`_give_back`): the
     process and docker backends. `run` is the same for both."""
@@ -128,8 +150,14 @@ class PooledExecutor(Executor):
                                      tests=tests, detail=assembly_detail)
             result.flags = flags.detect(problem, code, result)
             return result
+        env = getattr(problem, "environment", None)
+        site = None
+        if env is not None and env.python_packages:
+            site, failure = _environment_site(self, problem)
+            if failure is not None:
+                return failure
         for attempt in (1, 2):
-            w = self._borrow(limits)
+            w = self._borrow(limits, site) if site else self._borrow(limits)
             try:
                 result, healthy = drive_execution(w, problem, code, limits)
             except WorkerBroken:

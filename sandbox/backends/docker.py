@@ -43,6 +43,10 @@ class RelayChannel(Channel):
         self.features = features
         self.executions = 0
         self.closed = False
+        self.site: str | None = None
+        """Host directory of the environment this worker has (None: the standard library only)."""
+        self.site_inside: str | None = None
+        """Where the worker's candidates find it."""
         self.anomaly: str | None = None
         self.oom = False
         self._lock = threading.Lock()
@@ -168,7 +172,7 @@ class RelayChannel(Channel):
         os.write(self._wake_w, b"x")
         mem = limits.memory_mb << 20
         self._send({"op": "run", "mode": mode, "code": code if mode == "stdio" else None,
-                    "stdin": stdin_data, "output_cap": limits.output_limit_bytes,
+                    "site": self.site_inside, "stdin": stdin_data, "output_cap": limits.output_limit_bytes,
                     "limits": {"cpu_s": limits.time_limit_s, "as_bytes": 2 * mem + (512 << 20),
                                "fsize_bytes": limits.file_size_mb << 20,
                                "nofile": limits.open_files, "nproc": None}})
@@ -310,6 +314,7 @@ class DockerExecutor(PooledExecutor):
     """Warm pool of locked-down containers; each serves up to `max_executions_per_container`."""
 
     name = "docker"
+    supports_environments = True
 
     def __init__(self, mode: str = "warm", *, image: str = "python:3.11-slim",
                  runtime: str | None = None, max_executions_per_container: int = 200,
@@ -362,9 +367,13 @@ class DockerExecutor(PooledExecutor):
                     "the engine's socket (DOCKER_HOST), or use the process backend")
         return None
 
-    def _start(self, limits: Limits) -> RelayChannel:
+    def _start(self, limits: Limits, site: str | None = None) -> RelayChannel:
         from docker.types import Ulimit
+        from ..environments import SANDBOX_PATH
         tmpfs_opts = f"rw,nosuid,nodev,size={limits.scratch_mb}m,mode=1777"
+        # An environment is the host's build, bound read-only (the image's Python must be the same
+        # minor version as the host's sandbox interpreter, which the build targeted).
+        volumes = {site: {"bind": SANDBOX_PATH, "mode": "ro"}} if site else None
         container = self.client.containers.create(
             self.image,
             command=[self.python, "-I", "-S", "-B", "-c", self.harness_source, "worker", "--relay"],
@@ -378,7 +387,7 @@ class DockerExecutor(PooledExecutor):
                      Ulimit(name="core", soft=0, hard=0),
                      Ulimit(name="fsize", soft=limits.file_size_mb << 20,
                             hard=limits.file_size_mb << 20)],
-            runtime=self.runtime, labels={"crucible.sandbox": "1"}, auto_remove=False)
+            runtime=self.runtime, labels={"crucible.sandbox": "1"}, auto_remove=False, volumes=volumes)
         try:
             sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1,
                                                    "stream": 1})
@@ -405,17 +414,19 @@ class DockerExecutor(PooledExecutor):
                           features=features)
         ch.memory_mb = limits.memory_mb
         ch.scratch_mb = limits.scratch_mb
+        ch.site, ch.site_inside = site, SANDBOX_PATH if site else None
         return ch
 
-    def _borrow(self, limits: Limits) -> RelayChannel:
+    def _borrow(self, limits: Limits, site: str | None = None) -> RelayChannel:
         with self._lock:
             while self._idle:
                 ch = self._idle.pop()
-                if ch.alive() and ch.memory_mb == limits.memory_mb and ch.scratch_mb == limits.scratch_mb:
+                if ch.alive() and ch.memory_mb == limits.memory_mb and ch.scratch_mb == limits.scratch_mb \
+                        and ch.site == site:
                     return ch
                 self._all.discard(ch)
                 ch.close()
-        ch = self._start(limits)
+        ch = self._start(limits, site)
         with self._lock:
             self._all.add(ch)
         return ch
@@ -451,7 +462,8 @@ class LocalRelayExecutor(DockerExecutor):
         self._lock = threading.Lock()
         self._closed = False
 
-    def _start(self, limits: Limits) -> RelayChannel:
+    def _start(self, limits: Limits, site: str | None = None) -> RelayChannel:
         ch = local_relay_channel()
         ch.memory_mb, ch.scratch_mb = limits.memory_mb, limits.scratch_mb
+        ch.site = ch.site_inside = site  # no container: the host directory itself
         return ch

@@ -39,6 +39,7 @@ from ..isolation.linux import memfd_with
 from ..isolation.netns import EmptyNetns, shared_netns_supported
 from ..isolation.programs import find_bwrap, find_python
 from ..isolation.seccomp import seccomp_bpf
+from ..environments import SANDBOX_PATH
 from ..limits import Limits
 from ..protocol.channel import Channel, Done, ExecIO, FrameReader, WorkerBroken
 from .base import PooledExecutor, register
@@ -46,7 +47,10 @@ from .base import PooledExecutor, register
 _HARNESS_DIR: str | None = None
 _HARNESS_LOCK = threading.Lock()
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+        "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+        # Numeric libraries of an environment (numpy's OpenBLAS...) start one thread per host core
+        # otherwise: against the process limit, and nondeterministic timing.
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def harness_dir() -> str:
@@ -158,8 +162,11 @@ _LOADER = ("import sys; sys.path.insert(0, sys.argv[1].rpartition('/')[0]); impo
 
 
 def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None,
-                own_netns: bool = True) -> list[str]:
+                own_netns: bool = True, site: str | None = None) -> list[str]:
     args = list(_bwrap_base(bwrap, limits.scratch_mb, own_netns, harness_dir(), _DEV_READY[0]))
+    if site is not None:  # an environment's packages, read-only (before the root turns read-only)
+        at = args.index("--remount-ro")
+        args[at:at] = ["--ro-bind", site, SANDBOX_PATH]
     args += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
@@ -264,7 +271,7 @@ def _worker_argv(python: str, harness: str, control_fd: int, light: bool) -> lis
 
 
 def _bwrap_launch(bwrap: str, python: str, limits: Limits, control_fd: int, passed: list[int], *,
-                  light: bool, use_seccomp: bool, own_netns: bool) -> _Launch:
+                  light: bool, use_seccomp: bool, own_netns: bool, site: str | None = None) -> _Launch:
     """The worker inside a bubblewrap sandbox (the module docstring says what that isolates).
     Descriptors opened here for the worker go on `passed`, which the caller closes."""
     features = list(_BWRAP_FEATURES)
@@ -277,7 +284,7 @@ def _bwrap_launch(bwrap: str, python: str, limits: Limits, control_fd: int, pass
     info_r, info_w = os.pipe()
     passed.append(info_w)
     try:
-        argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd, own_netns=own_netns) + \
+        argv = _bwrap_args(bwrap, limits, info_w, seccomp_fd, own_netns=own_netns, site=site) + \
             _worker_argv(python, "/opt/crucible/harness.py", control_fd, light)
     except BaseException:
         os.close(info_r)
@@ -332,9 +339,13 @@ class ProcessWorker(Channel):
 
     def __init__(self, limits: Limits, *, use_bwrap: bool = True, use_seccomp: bool = True,
                  use_cgroups: bool = True, light: bool = False, python: str | None = None,
-                 home: Home | None = None):
+                 home: Home | None = None, site: str | None = None):
         self.limits = limits
         self.home = home
+        self.site = site
+        """Host directory of the environment's packages this worker has (None: the standard library only)."""
+        self.site_inside: str | None = None
+        """Where the candidate finds them (SANDBOX_PATH under bubblewrap, else `site` itself)."""
         self.pidfd: int | None = None
         self.executions = 0
         self.closed = False
@@ -362,10 +373,12 @@ class ProcessWorker(Channel):
         try:
             if bwrap:
                 launch = _bwrap_launch(bwrap, python, self.limits, child.fileno(), passed, light=light,
-                                       use_seccomp=use_seccomp, own_netns=self.home is None)
+                                       use_seccomp=use_seccomp, own_netns=self.home is None, site=self.site)
+                self.site_inside = SANDBOX_PATH if self.site else None
             else:
                 launch = _bare_launch(python, child.fileno(), passed, light=light)
                 self.scratch = launch.scratch
+                self.site_inside = self.site
             self.isolation = launch.isolation
             if os.geteuid() == 0:
                 launch.features.append("nobody_user")
@@ -490,7 +503,7 @@ class ProcessWorker(Channel):
         mem = limits.memory_mb << 20
         as_bytes = self.vsz + (2 * mem if self.cgroup and "cgroup_memory" in self.features else mem) \
             + (256 << 20)
-        header = {"op": "run", "mode": mode, "code": code if mode == "stdio" else None,
+        header = {"op": "run", "mode": mode, "code": code if mode == "stdio" else None, "site": self.site_inside,
                   "limits": {"cpu_s": limits.time_limit_s, "as_bytes": as_bytes,
                              "fsize_bytes": limits.file_size_mb << 20, "nofile": limits.open_files,
                              "nproc": None}}
@@ -637,33 +650,40 @@ class ProcessExecutor(PooledExecutor):
         from concurrent.futures import ThreadPoolExecutor
         self._spawner = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sandbox-spawn")
 
-    def _borrow(self, limits: Limits) -> ProcessWorker:
+    supports_environments = True
+
+    def _borrow(self, limits: Limits, site: str | None = None) -> ProcessWorker:
         if self.mode == "warm":
             with self._lock:
-                while self._idle:
-                    w = self._idle.pop()
-                    if w.alive() and w.limits.scratch_mb == limits.scratch_mb:
-                        return w
+                for w in [w for w in self._idle if not (w.alive() and w.limits.scratch_mb == limits.scratch_mb)]:
+                    self._idle.remove(w)
                     self._retire(w)
+                same = [w for w in self._idle if w.site == site]
+                if same:
+                    self._idle.remove(same[-1])
+                    return same[-1]
+                if self._idle:  # one of another environment makes room: the pool keeps its size
+                    self._retire(self._idle.pop(0))
         else:
             with self._lock:
-                if self._spares and self._spares[-1].limits.scratch_mb == limits.scratch_mb:
+                if self._spares and self._spares[-1].limits.scratch_mb == limits.scratch_mb \
+                        and self._spares[-1].site == site:
                     w = self._spares.pop()
                     self._spare_cv.notify_all()
                     if w.alive():
                         return w
                     self._retire(w)
-        w = self._new_worker(limits, light=self.mode == "cold")
+        w = self._new_worker(limits, light=self.mode == "cold", site=site)
         with self._lock:
             self._all.add(w)
         return w
 
-    def _new_worker(self, limits: Limits, light: bool) -> ProcessWorker:
+    def _new_worker(self, limits: Limits, light: bool, site: str | None = None) -> ProcessWorker:
         if threading.current_thread().name.startswith("sandbox-spawn"):
-            return self._start(limits, light)
-        return self._spawner.submit(self._start, limits, light).result()
+            return self._start(limits, light, site)
+        return self._spawner.submit(self._start, limits, light, site).result()
 
-    def _start(self, limits: Limits, light: bool) -> ProcessWorker:
+    def _start(self, limits: Limits, light: bool, site: str | None = None) -> ProcessWorker:
         """Start a worker (on a spawner thread); one-shot ones get a Home when homes are in use."""
         if os.getresuid() != self._credentials:
             # A thread whose credentials could not be restored (ThreadCredentials): fail closed.
@@ -671,7 +691,7 @@ class ProcessExecutor(PooledExecutor):
                                f"{self._credentials}: refusing to start sandboxes from it")
         home = self._lease_home() if light else None
         try:
-            return ProcessWorker(limits, light=light, home=home, **self.options)
+            return ProcessWorker(limits, light=light, home=home, site=site, **self.options)
         except BaseException:
             if home is not None:  # never lent again: nothing vouches for what ran in it
                 self._return_home(home, False)

@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from sandbox.problems import Problem, ProblemError, short
+from sandbox.problems import Environment, Problem, ProblemError, short
 
 FORMATS = ("native", "humaneval", "mbpp", "apps", "codecontests")
 """The formats `load_problems` reads (`format=` takes one of these, or `auto`)."""
@@ -60,6 +60,8 @@ class LoadResult:
     format: str = "native"
     limit: str | None = None
     """`bytes` or `lines` when the file was refused for crossing that bound (see `parse_stream`)."""
+    environment: Environment | None = None
+    """The set's own environment (a line `{"environment": {...}}`), given to each problem without one."""
 
     @property
     def ok(self) -> bool:
@@ -116,7 +118,8 @@ _MARKERS = (("kind", "native"), ("test_cases", "native"), ("canonical_solution",
             ("private_tests", "codecontests"), ("generated_tests", "codecontests"))
 _SIGNATURES = {
     "native": {"id", "kind", "prompt", "entry_point", "tests", "test_cases", "setup",
-               "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags"},
+               "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags",
+               "environment"},
     "humaneval": {"task_id", "prompt", "canonical_solution", "test", "entry_point"},
     "mbpp": {"task_id", "text", "code", "test_list", "test_setup_code", "challenge_test_list",
              "test_imports"},
@@ -193,6 +196,7 @@ def parse_stream(fileobj: IO[bytes], filename: str = "<upload>", format: str = "
                 raise _LimitExceeded(f"{filename}: {what} more than {_mib(max_bytes)}", "bytes")
             parser.feed(chunk, max_lines, progress, total)
         parser.close(max_lines, progress, total)
+        _apply_set_environment(result)
     except _LimitExceeded as e:
         message, which = e.args
         return LoadResult([], [LoadError(0, None, message)], result.format, limit=which)
@@ -217,6 +221,14 @@ def parse_stream(fileobj: IO[bytes], filename: str = "<upload>", format: str = "
     return result
 
 
+def _apply_set_environment(result: LoadResult) -> None:
+    """A problem's own environment wins; every other problem of the file gets the set's."""
+    import dataclasses
+    if result.environment is not None:
+        result.problems = [p if p.environment is not None else dataclasses.replace(p, environment=result.environment)
+                           for p in result.problems]
+
+
 def _mib(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
@@ -234,6 +246,7 @@ class _LineParser:
         self.lineno = 0
         self.partial = bytearray()
         self.overlong = False  # the current line passed MAX_LINE_BYTES: skip to its end
+        self.env_line = 0  # the line of the set's environment, once seen
 
     def feed(self, chunk: bytes, max_lines: int | None, progress, total: int) -> None:
         pieces = chunk.split(b"\n")
@@ -291,6 +304,9 @@ class _LineParser:
             error(lineno, where, "holds a lone surrogate escape such as \\ud800, which is not a character; "
                                  "write the text as UTF-8 (or escape both halves of a surrogate pair)")
             return
+        if set(obj) == {"environment"}:  # the set's environment line, in any format
+            self._set_environment(lineno, obj["environment"])
+            return
         if self.fmt is None:
             self.fmt = detect_format(obj)
             if self.fmt is None:
@@ -316,6 +332,18 @@ class _LineParser:
             return
         self.seen_ids[problem.id] = lineno
         self.result.problems.append(problem)
+
+
+    def _set_environment(self, lineno: int, value) -> None:
+        if self.result.environment is not None:
+            self.error(lineno, "environment", f"a second set environment line (the first is line "
+                                              f"{self.env_line}); merge them into one")
+            return
+        try:
+            self.result.environment = Environment.from_dict(value)
+            self.env_line = lineno
+        except ProblemError as e:
+            self.error(lineno, e.field, e.message)
 
 
 def _lone_surrogate_key(obj: dict) -> str | None:

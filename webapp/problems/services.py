@@ -449,14 +449,15 @@ class ProblemCheck:
 
 
 def validation_runner():
-    """The sandbox `Runner` validation uses (a context manager; reuse it across `check_problems` calls)."""
-    from sandbox.runner import Runner
+    """The sandbox `Runner` validation uses (a context manager; reuse it across `check_problems` calls):
+    the service replicas of CRUCIBLE_SANDBOX_ENDPOINTS when that is set, else a local pool."""
+    from sandbox.remote import make_runner
 
     backend = getattr(settings, "SANDBOX_BACKEND", None) or os.environ.get("CRUCIBLE_SANDBOX_BACKEND", "process")
     # Cold: a fresh sandbox per execution. Validation is the set's trust anchor, not a throughput
     # path (the 194 demo problems take seconds on 2 workers), so it takes the most independent mode.
     mode = getattr(settings, "SANDBOX_VALIDATION_MODE", "cold")
-    return Runner(backend=backend, workers=validation_workers(), mode=mode)
+    return make_runner(backend=backend, workers=validation_workers(), mode=mode)
 
 
 def validation_workers() -> int:
@@ -489,7 +490,9 @@ def _verdict(problem, reference, empty) -> ProblemCheck:
     if reference is None:
         notes.append("no reference_solution to check")
     elif not reference.passed:
-        notes.append(f"reference solution: {_describe(reference)}")
+        from sandbox.checks import missing_module_note
+
+        notes.append(missing_module_note(problem, reference) or f"reference solution: {_describe(reference)}")
     if empty.passed:
         notes.append("an empty solution passes every test: the tests check nothing")
     return ProblemCheck(

@@ -90,9 +90,23 @@ def validate_config(config: dict, user) -> dict:
     if full["model"]["adapters"]:
         raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
                                             "your run as run:<id>/step-<n>; leave model.adapters out")
+    _check_sandbox_endpoints(full["sandbox"]["endpoints"])
     resolve_model(full["model"]["name_or_path"], user)
     check_engine(full)
     return full
+
+
+def _check_sandbox_endpoints(endpoints: list) -> None:
+    """A web user may name only this server's sandbox replicas (CRUCIBLE_SANDBOX_ENDPOINTS): the worker
+    sends its sandbox token to every endpoint of a run."""
+    from sandbox.remote import ENDPOINTS_ENV, operator_endpoints
+
+    allowed = operator_endpoints()
+    stray = [u for u in endpoints if u.rstrip("/") not in allowed]
+    if stray:
+        raise ConfigError("sandbox.endpoints", f"{stray[0]} is not one of this server's sandbox replicas ("
+                                               f"{', '.join(allowed) or f'none: {ENDPOINTS_ENV} is unset'}); leave "
+                                               "sandbox.endpoints out and runs use the server's own")
 
 
 def _difficulty_probe_name(merged: dict) -> str | None:

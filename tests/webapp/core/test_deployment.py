@@ -24,10 +24,25 @@ def test_compose_declares_the_production_services():
     assert "crucible-data" in compose["volumes"]
 
 
+def test_compose_runs_a_scalable_sandbox_service_that_the_gpu_worker_uses():
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    sandbox = services["sandbox"]
+    command = sandbox["command"]
+    assert command[:4] == ["python", "-m", "sandbox", "serve"]
+    assert command[command.index("--host") + 1] == "0.0.0.0" and command[command.index("--port") + 1] == "8700"
+    # --scale sandbox=N: no fixed name, no published host port (the compose network reaches it)
+    assert "container_name" not in sandbox and "ports" not in sandbox
+    assert sandbox["environment"]["CRUCIBLE_SANDBOX_TOKEN"].startswith("${CRUCIBLE_SANDBOX_TOKEN:?")
+    assert "depends_on" not in sandbox and "volumes" not in sandbox  # stateless: no database, no shared disk
+    gpu = services["worker-gpu"]["environment"]
+    assert gpu["CRUCIBLE_SANDBOX_ENDPOINTS"] == "http://sandbox:8700"
+    assert gpu["CRUCIBLE_SANDBOX_TOKEN"] == sandbox["environment"]["CRUCIBLE_SANDBOX_TOKEN"]
+
+
 def test_compose_file_is_valid_for_docker_compose():
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.skip("docker-compose is not installed (apt-get install docker-compose) so the file cannot be checked")
     result = subprocess.run([binary, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
-                            env=dict(os.environ, SECRET_KEY="check"), timeout=60)
+                            env=dict(os.environ, SECRET_KEY="check", CRUCIBLE_SANDBOX_TOKEN="check"), timeout=60)
     assert result.returncode == 0, result.stderr
