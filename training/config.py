@@ -459,7 +459,7 @@ class SandboxConfig(_Section):
 class VLLMConfig(_Section):
     """The vLLM server that samples when sampling.engine is vllm."""
 
-    url: str | None = None
+    url: str | None = _field(None, max_length=2048)
     """A running vLLM OpenAI-compatible server (http://host:port) that serves the run's base model with LoRA
     enabled; null = the trainer starts one for the run from the engine environment and stops it with the run."""
     gpu_memory_utilization: float = _field(0.4, gt=0.0, le=0.95)
@@ -474,7 +474,7 @@ class VLLMConfig(_Section):
     def _check(self) -> None:
         if self.url is not None:
             url = self.url.strip()
-            if not url.startswith(("http://", "https://")) or len(url) < 10 or len(url) > 2048 or any(
+            if not url.startswith(("http://", "https://")) or len(url) < 10 or any(
                     c.isspace() or ord(c) < 32 for c in url):
                 raise ConfigError("url", f"must be an http(s) URL of a vLLM server such as http://127.0.0.1:8000 "
                                          f"(or null to start one); got {self.url[:80]!r}")

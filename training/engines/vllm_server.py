@@ -5,9 +5,11 @@ interpreter (``CRUCIBLE_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` at the rep
 pins its own torch and transformers, so it lives apart from the trainer's). It listens on a free
 loopback port, writes its log to ``RUN_DIR/engine/vllm.log`` and may swap LoRA adapters at run time.
 
-No process is left behind however the run ends: the server shares the trainer's process group (a
-supervisor that kills the group kills it too), gets SIGTERM when the trainer dies (PR_SET_PDEATHSIG,
-so a SIGKILLed trainer takes it along), and ``stop`` ends it and every process it started.
+No process is left behind however the run ends: the server gets SIGTERM when the trainer dies
+(PR_SET_PDEATHSIG, so a SIGKILLed trainer or a killed process group takes it along), and ``stop`` ends
+it and every process it started. It runs in a session of its own, so the SIGTERM a supervisor sends the
+trainer's group to cancel cooperatively does not end the server under a step in flight: the trainer
+finishes its phase, checkpoints, and stops the server itself.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ class VLLMServer:
             out.write(("$ " + " ".join(args) + "\n").encode())
             out.flush()
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    cwd=str(log_path.parent), preexec_fn=_die_with_parent)
+                                    cwd=str(log_path.parent), preexec_fn=_die_with_parent, start_new_session=True)
         server = cls(proc, f"http://127.0.0.1:{port}", log_path)
         if log:
             log(f"vLLM server starting on {server.url} (log: {log_path})")
@@ -113,11 +115,11 @@ class VLLMServer:
     def wait_ready(self, timeout_s: float, *, stop: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
+            if stop is not None and stop():
+                raise EngineStartCancelled("cancelled while the vLLM server was starting")
             if self.proc.poll() is not None:
                 raise EngineError(f"the vLLM server exited with code {self.proc.returncode} while starting; "
                                   f"its log ({self.log_path}) ends:\n{self.log_tail()}")
-            if stop is not None and stop():
-                raise EngineStartCancelled("cancelled while the vLLM server was starting")
             if _healthy(self.url):
                 return
             if time.monotonic() > deadline:
