@@ -112,7 +112,8 @@ def _threads_label(threads: int | None, side: str) -> str:
 
 # ------------------------------------------------------------------------------------------- ours
 
-def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_strings: bool) -> dict:
+def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_strings: bool,
+             engine: str = "hf") -> dict:
     from training import trainer as T
     from training.config import config_from_dict
 
@@ -130,7 +131,7 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
 
     T.Trainer.run_step = timed_run_step
     sampling = {"problems_per_step": PROBLEMS_PER_STEP, "candidates_per_problem": CANDIDATES,
-                "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+                "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "engine": engine}
     if not stop_strings:
         sampling["stop"] = []
     cfg = config_from_dict({
@@ -152,7 +153,10 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
         t["rollout_s"] = m.get("time/rollout_s")
         t["sandbox_s"] = m.get("time/sandbox_s")
         t["update_s"] = m.get("time/update_s")
-    return {"side": "ours-stop" if stop_strings else "ours", "threads": label, "steps": timings}
+        t["sync_s"] = m.get("time/sync_s")
+        t["mismatch_kl"] = m.get("rollout/mismatch_kl")
+    side = "ours-stop" if stop_strings else "ours"
+    return {"side": side if engine == "hf" else f"{side}-{engine}", "threads": label, "steps": timings}
 
 
 # -------------------------------------------------------------------------------------------- TRL

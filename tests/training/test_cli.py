@@ -182,3 +182,15 @@ def test_export_merges_an_adapter_into_a_loadable_model(tiny_model_dir, tmp_path
     merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"))
     AutoTokenizer.from_pretrained(str(tmp_path / "merged"))
     assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
+
+
+def test_a_sandbox_backend_this_machine_lacks_is_refused_before_the_model_loads(run_yaml, tmp_path, capsys,
+                                                                                monkeypatch):
+    import sandbox.backends
+
+    monkeypatch.setattr(sandbox.backends.base.BACKENDS["docker"], "unavailable",
+                        classmethod(lambda cls: "no Docker engine answers (scripted)"))
+    code = cli.main(["run", "--config", str(run_yaml), "--out", str(tmp_path / "r"), "--set", "sandbox.backend=docker"])
+    assert code == 2
+    assert "sandbox.backend: docker is not available on this machine: no Docker engine answers" in error_line(capsys)
+    assert not (tmp_path / "r" / "events.jsonl").exists()

@@ -1,0 +1,210 @@
+"""Generation engines side by side: our decoding loop (``hf``) vs vLLM (``vllm``), same prompts, same sampling.
+
+    python -m benchmarks.rollout_bench [--arch qwen3_5 qwen3] [--repeats 3] [--steps 3] [--no-step] [--no-write]
+
+Generation: 16 prompts (the first 16 train problems of data/demo) x 8 candidates x 128 new tokens,
+temperature 1, no top-k/top-p, no stop strings (both stop only at EOS or 128 tokens), on each tiny
+architecture: the hybrid Qwen3.5 with Qwen3.5-9B's 128-wide linear-attention heads (vLLM's CPU
+gated-delta-rule kernel takes no other width) and the dense Qwen3. ``hf``: ``HFEngine`` over the float32
+model, torch on every core; ``vllm``: ``VLLMEngine`` on a server started from the engine environment
+(bfloat16: its CPU kernels need it), its start not timed. One untimed call, then ``--repeats`` timed
+calls; tokens/s = sampled tokens / wall seconds (median call).
+
+Step: a whole RL step with each engine (train_step_bench's workload and ``run_ours``: the same 16 x 8 x 128,
+sandbox, LoRA r 8, KL 0.04, one optimizer step; phase threads as the product runs them), one untimed step
+then ``--steps`` timed ones, median wall seconds; the vLLM row also reports the step's mismatch KL (bfloat16
+sampler vs float32 trainer).
+
+Each engine runs in its own process, one after the other (the machine is shared and small); the
+section ``rollout-bench`` of RESULTS.md gets the table and the ratios. Targets (issue: rollouts on vLLM):
+vLLM >= 5x our loop's generation tokens/s on the tiny Qwen3.5; a vLLM step <= 0.5x the hf step there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PROMPTS = 16
+CANDIDATES = 8
+MAX_NEW_TOKENS = 128
+GEN_TARGET = 5.0
+STEP_TARGET = 0.5
+
+
+def build_model(out: Path, arch: str) -> Path:
+    from training.tiny_model import build_tiny_model
+
+    return Path(build_tiny_model(out, seed=0, arch=arch, linear_head_dim=128 if arch == "qwen3_5" else 32))
+
+
+def _prompts() -> list[str]:
+    rows = [json.loads(line) for line in (ROOT / "data" / "demo" / "problems.jsonl").read_text().splitlines()]
+    return [r["prompt"] for r in rows if r.get("split", "train") == "train"][:PROMPTS]
+
+
+def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
+    """In this process: the engine's tokens/s on the fixed workload."""
+    import torch
+
+    from training.config import ModelConfig, config_from_dict
+    from training.engines import collect, make_engine
+    from training.policy import load_policy
+
+    cfg = config_from_dict({"model": {"name_or_path": model_dir, "lora": None},
+                            "sampling": {"candidates_per_problem": CANDIDATES, "max_new_tokens": MAX_NEW_TOKENS,
+                                         "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop": []}})
+    policy = load_policy(ModelConfig(name_or_path=model_dir, lora=None), kl_coef=0.0)
+    run_dir = tempfile.mkdtemp(prefix="rollout-bench-")
+    engine = (make_engine(cfg, policy.model, policy.tokenizer, run_dir=run_dir) if engine_name == "hf" else
+              _vllm(cfg, policy, run_dir))
+    prompts = _prompts()
+    try:
+        collect(engine, prompts, cfg.sampling, n=CANDIDATES, seed=0)  # warm-up (kernels, caches, prefix cache)
+        calls = []
+        for r in range(repeats):
+            t0 = time.perf_counter()
+            batch = collect(engine, prompts, cfg.sampling, n=CANDIDATES, seed=1 + r)
+            calls.append({"wall_s": time.perf_counter() - t0, "tokens": batch.num_generated_tokens})
+    finally:
+        engine.close()
+    wall = statistics.median(c["wall_s"] for c in calls)
+    tokens = statistics.median(c["tokens"] for c in calls)
+    info = engine.describe()
+    return {"engine": engine_name, "tokens_per_s": tokens / wall, "wall_s": wall, "tokens": tokens,
+            "threads": torch.get_num_threads() if engine_name == "hf" else os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
+                                                                                          "vLLM default (every core)"),
+            "version": info.get("version"), "dtype": "float32" if engine_name == "hf" else info.get("dtype")}
+
+
+def _vllm(cfg, policy, run_dir):
+    import dataclasses
+
+    from training.engines import make_engine
+
+    vcfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, engine="vllm"),
+                               model=dataclasses.replace(cfg.model, lora=None))
+    return make_engine(vcfg, policy.model, policy.tokenizer, run_dir=run_dir, max_prompt_tokens=256)
+
+
+def measure_step(model_dir: str, engine_name: str, steps: int) -> dict:
+    from benchmarks import train_step_bench as T
+
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-problems-") as tmp:
+        problems = T.write_problem_file(Path(tmp) / "problems.jsonl")
+        result = T.run_ours(model_dir, str(problems), steps + 1, None, False, engine=engine_name)
+    timed = result["steps"][1:]
+    out = {"engine": engine_name, "step_s": statistics.median(t["wall_s"] for t in timed)}
+    for key in ("rollout_s", "sandbox_s", "update_s", "sync_s", "mismatch_kl"):
+        values = [t[key] for t in timed if t.get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+def _child(kind: str, model: Path, engine: str, count: int) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [sys.executable, "-m", "benchmarks.rollout_bench", "--child", kind, "--model", str(model),
+           "--engine", engine, "--count", str(count), "--json-out", str(out)]
+    print(f"[rollout-bench] {kind} {engine} on {model.name} ...", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} {engine} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    result = json.loads(out.read_text())
+    out.unlink()
+    return result
+
+
+def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float, float]) -> str:
+    lines = ["## Generation engines: our loop (hf) vs vLLM", "",
+             f"`python -m benchmarks.rollout_bench` on {os.cpu_count()} cores (load average "
+             f"{load[0]:.1f} before, {load[1]:.1f} after; shared machine). Work per call: {PROMPTS} prompts x "
+             f"{CANDIDATES} candidates x up to {MAX_NEW_TOKENS} new tokens, temperature 1, no top-k/top-p, no stop "
+             f"strings; median of {args.repeats} timed calls after one untimed one. Qwen3.5 is the tiny hybrid with "
+             "128-wide linear-attention heads (as in Qwen3.5-9B).", "",
+             "| architecture | engine | dtype | threads | tokens/s | vs hf |", "|---|---|---|---|---|---|"]
+    arch_names = {"qwen3_5": "Qwen3_5ForCausalLM (3 Gated DeltaNet : 1 full attention)",
+                  "qwen3": "Qwen3ForCausalLM (dense)"}
+    for arch, rows in gen.items():
+        hf = rows["hf"]["tokens_per_s"]
+        for name in ("hf", "vllm"):
+            r = rows[name]
+            engine = "hf (our loop)" if name == "hf" else f"vLLM {r.get('version')} (server)"
+            lines.append(f"| {arch_names[arch]} | {engine} | {r['dtype']} | {r['threads']} | "
+                         f"{r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / hf:.2f}x |")
+    if "qwen3_5" in gen:
+        ratio = gen["qwen3_5"]["vllm"]["tokens_per_s"] / gen["qwen3_5"]["hf"]["tokens_per_s"]
+        lines += ["", f"Target on the tiny Qwen3.5: vLLM >= {GEN_TARGET:.0f}x our loop's tokens/s. Measured "
+                      f"**{ratio:.2f}x**: {'met' if ratio >= GEN_TARGET else 'not met'}."]
+    if steps:
+        lines += ["", f"Whole RL step (train_step_bench's workload, sandbox and update included; median of "
+                      f"{args.steps} timed steps after one):", "",
+                  "| architecture | engine | step s | rollout s | sandbox s | update s | adapter sync s | mismatch KL |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for arch, rows in steps.items():
+            for name in ("hf", "vllm"):
+                r = rows[name]
+                fmt = lambda v, p=2: "–" if v is None else f"{v:.{p}f}"  # noqa: E731
+                kl = "–" if r.get("mismatch_kl") is None else f"{r['mismatch_kl']:.1e}"
+                lines.append(f"| {arch_names[arch]} | {name} | {fmt(r['step_s'])} | {fmt(r['rollout_s'])} | "
+                             f"{fmt(r['sandbox_s'])} | {fmt(r['update_s'])} | {fmt(r.get('sync_s'), 3)} | {kl} |")
+        if "qwen3_5" in steps:
+            ratio = steps["qwen3_5"]["vllm"]["step_s"] / steps["qwen3_5"]["hf"]["step_s"]
+            lines += ["", f"Target on the tiny Qwen3.5: a vLLM step <= {STEP_TARGET}x the hf step. Measured "
+                          f"**{ratio:.2f}x**: {'met' if ratio <= STEP_TARGET else 'not met'}. (The phases overlap: "
+                          "executions start as each completion returns, so rollout + sandbox can exceed the step.)"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", nargs="+", choices=("qwen3_5", "qwen3"), default=["qwen3_5", "qwen3"])
+    ap.add_argument("--repeats", type=int, default=3, help="timed generation calls per engine")
+    ap.add_argument("--steps", type=int, default=3, help="timed RL steps per engine (after one untimed)")
+    ap.add_argument("--no-step", action="store_true", help="only the generation table")
+    ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--child", choices=("generation", "step"), help=argparse.SUPPRESS)
+    ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--engine", choices=("hf", "vllm"), help=argparse.SUPPRESS)
+    ap.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        fn = measure_generation if args.child == "generation" else measure_step
+        args.json_out.write_text(json.dumps(fn(str(args.model), args.engine, args.count)))
+        return 0
+    from training.engines.vllm_server import unavailable_reason
+
+    if unavailable_reason():
+        raise SystemExit(unavailable_reason())
+    load0 = os.getloadavg()[0]
+    gen: dict = {}
+    steps: dict = {}
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-models-") as tmp:
+        for arch in args.arch:
+            model = build_model(Path(tmp) / arch, arch)
+            gen[arch] = {e: _child("generation", model, e, args.repeats) for e in ("hf", "vllm")}
+            if not args.no_step:
+                steps[arch] = {e: _child("step", model, e, args.steps) for e in ("hf", "vllm")}
+    text = markdown(gen, steps, args, (load0, os.getloadavg()[0]))
+    print(text)
+    if not args.no_write:
+        from benchmarks.results import update_section
+
+        update_section("rollout-bench", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
