@@ -188,6 +188,7 @@ def test_a_sandbox_backend_this_machine_lacks_is_refused_before_the_model_loads(
                                                                                 monkeypatch):
     import sandbox.backends
 
+    sandbox.backends.backend_names()  # registers the backends
     monkeypatch.setattr(sandbox.backends.base.BACKENDS["docker"], "unavailable",
                         classmethod(lambda cls: "no Docker engine answers (scripted)"))
     code = cli.main(["run", "--config", str(run_yaml), "--out", str(tmp_path / "r"), "--set", "sandbox.backend=docker"])
