@@ -83,10 +83,10 @@ def write_problem_file(out: Path, n: int = PROBLEMS_PER_STEP) -> Path:
     return out
 
 
-def build_model(out: Path, arch: str) -> Path:
+def build_model(out: Path, arch: str, wide: bool = False) -> Path:
     from training.tiny_model import build_tiny_model
 
-    return build_tiny_model(out, seed=0, arch=arch)
+    return build_tiny_model(out, seed=0, arch=arch, linear_head_dim=128 if wide and arch == "qwen3_5" else 32)
 
 
 def _set_threads(threads: int | None) -> int:
@@ -155,8 +155,7 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
         t["update_s"] = m.get("time/update_s")
         t["sync_s"] = m.get("time/sync_s")
         t["mismatch_kl"] = m.get("rollout/mismatch_kl")
-    side = "ours-stop" if stop_strings else "ours"
-    return {"side": side if engine == "hf" else f"{side}-{engine}", "threads": label, "steps": timings}
+    return {"side": "ours-stop" if stop_strings else "ours", "engine": engine, "threads": label, "steps": timings}
 
 
 # -------------------------------------------------------------------------------------------- TRL
@@ -242,11 +241,11 @@ def run_trl(model: str, problems: str, steps: int, threads: int | None, flush_de
 
 # ------------------------------------------------------------------------------------ orchestration
 
-def _child(side: str, model: Path, problems: Path, steps: int, threads: int | None) -> dict:
+def _child(side: str, model: Path, problems: Path, steps: int, threads: int | None, engine: str = "hf") -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--model", str(model),
-           "--problems", str(problems), "--total-steps", str(steps), "--json-out", str(out)]
+           "--problems", str(problems), "--total-steps", str(steps), "--json-out", str(out), "--engine", engine]
     cmd += ["--threads", str(threads)] if threads else ["--default-threads"]
     print(f"[train-step-bench] {side} ({threads or 'default'} threads): {steps} steps ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
@@ -290,7 +289,8 @@ def markdown(summary: dict[tuple[str, str], dict], args: argparse.Namespace, loa
         "",
         f"`python benchmarks/train_step_bench.py --arch {args.arch} --steps {args.steps} --warmup {args.warmup} "
         f"--rounds {args.rounds} --threads {args.threads}{' --defaults' if args.defaults else ''}"
-        f"{' --stop-strings' if args.stop_strings else ''}{' --trl-ftz' if args.trl_ftz else ''}` on {platform.machine()} with {os.cpu_count()} CPUs "
+        f"{' --stop-strings' if args.stop_strings else ''}{' --trl-ftz' if args.trl_ftz else ''}"
+        f"{' --engine ' + args.engine if args.engine != 'hf' else ''}` on {platform.machine()} with {os.cpu_count()} CPUs "
         f"(shared; load average {load[0]:.1f} before, {load[1]:.1f} after), {time.strftime('%Y-%m-%d %H:%M')}.",
         "",
         f"One step = {PROBLEMS_PER_STEP} problems x {CANDIDATES} candidates x ≤{MAX_NEW_TOKENS} new tokens, "
@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, default=None, help="model directory (default: build the tiny model)")
     ap.add_argument("--stop-strings", action="store_true", help="also time our step with default stop strings")
     ap.add_argument("--no-trl", action="store_true", help="time only our step")
+    ap.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                    help="our side's generation engine (vllm: qwen3_5 is built with 128-wide linear heads; "
+                         "benchmarks/rollout_bench.py compares the two engines side by side)")
     ap.add_argument("--trl-ftz", action="store_true",
                     help="also time TRL with float32 denormals flushed, as our trainer runs (reference row)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                              flush_denormal=args.side == "trl-ftz")
         else:
             result = run_ours(str(args.model), str(args.problems), args.total_steps, threads,
-                              stop_strings=args.side == "ours-stop")
+                              stop_strings=args.side == "ours-stop", engine=args.engine)
         args.json_out.write_text(json.dumps(result))
         return 0
 
@@ -381,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="train-step-bench-") as tmp:
         tmp_path = Path(tmp)
-        model = args.model or build_model(tmp_path / "tiny", args.arch)
+        model = args.model or build_model(tmp_path / "tiny", args.arch, wide=args.engine == "vllm")
         problems = write_problem_file(tmp_path / "problems.jsonl")
         sides = (["ours"] + (["ours-stop"] if args.stop_strings else []) + ([] if args.no_trl else ["trl"])
                  + (["trl-ftz"] if args.trl_ftz and not args.no_trl else []))
@@ -390,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for threads in modes:
                 for side in sides:
-                    runs.append(_child(side, model, problems, args.warmup + args.steps, threads))
+                    runs.append(_child(side, model, problems, args.warmup + args.steps, threads,
+                                       engine=args.engine if side.startswith("ours") else "hf"))
     summary = summarize(runs, args.warmup)
     for run in runs:
         if run["side"] in ("trl", "trl-ftz"):
@@ -402,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         from benchmarks.results import update_section
 
-        update_section("train-step-bench" if args.arch == "qwen3" else f"train-step-bench-{args.arch.replace('_', '-')}",
+        name = "train-step-bench" if args.arch == "qwen3" else f"train-step-bench-{args.arch.replace('_', '-')}"
+        update_section(name + ("" if args.engine == "hf" else f"-{args.engine}"),
                        text)
     return 0
 

@@ -287,3 +287,24 @@ def test_no_vllm_process_outlives_its_run(tmp_path, run_config, wide_qwen3_5, ho
     if how != "sigkill":
         done = _events(run)[-1]
         assert done["event"] == "done" and done["status"] == "cancelled"
+
+
+def test_a_server_that_dies_mid_run_fails_the_run_with_its_log_tail(tmp_path, run_config, wide_qwen3_5):
+    marker = str(wide_qwen3_5)
+    run = tmp_path / "run"
+    proc = _run_cli("run", "--config", str(run_config(steps=50)), "--out", str(run), "--no-progress")
+    try:
+        _wait_for(lambda: any(e["event"] == "step" for e in _events(run)))
+        servers = [pid for pid in _vllm_processes(marker)
+                   if b"api_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert servers
+        os.kill(servers[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    done = _events(run)[-1]
+    assert done["event"] == "done" and done["status"] == "failed"
+    assert "vLLM server" in done["error"] and "engine/vllm.log" in done["error"]
+    assert _gone(marker, 60), f"vLLM processes left after the server died: {_vllm_processes(marker)}"
