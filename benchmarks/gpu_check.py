@@ -68,6 +68,32 @@ SHAPE_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, nu
                                    "mrope_section": [1, 1, 0], "mrope_interleaved": True})
 
 
+# --tiny --engine vllm: vLLM's CPU gated-delta-rule kernel takes only 128-wide linear-attention heads,
+# its attention 32-wide ones, and its detokenizer only ids the tokenizer knows (vocab_size None: the
+# tokenizer's size).
+SHAPE_TINY_WIDE = {**SHAPE_TINY, "hidden_size": 128, "head_dim": 32, "linear_num_key_heads": 1,
+                   "linear_num_value_heads": 2, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                   "vocab_size": None, "rope_parameters": {**SHAPE_TINY["rope_parameters"], "mrope_section": [2, 1, 1]}}
+
+
+def engine_for(requested: str) -> tuple[str, str]:
+    """(engine to measure, what to report about it). ``vllm`` only where this machine has it: the
+    environment ``CRUCIBLE_VLLM_PYTHON`` names, ``.venv-vllm``, or this interpreter when it imports vllm
+    (the GPU machine's own install); otherwise the ``hf`` engine, saying why."""
+    if requested == "hf":
+        return "hf", "hf (our decoding loop)"
+    import importlib.util
+
+    from training.engines.vllm_server import PYTHON_ENV, unavailable_reason
+
+    if unavailable_reason() and not os.environ.get(PYTHON_ENV) and importlib.util.find_spec("vllm"):
+        os.environ[PYTHON_ENV] = sys.executable
+    reason = unavailable_reason()
+    if reason:
+        return "hf", f"hf: vLLM is not on this machine ({reason.split(';')[0]})"
+    return "vllm", f"vllm (server from {os.environ.get(PYTHON_ENV) or '.venv-vllm'})"
+
+
 def log(msg: str) -> None:
     print(f"[gpu-check {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -89,6 +115,7 @@ def prepare_model_dir(out: Path, shape: dict) -> Path:
                                  for line in DEMO_PROBLEMS.read_text().splitlines() if line.strip()]
     tokenizer = train_tokenizer(texts)
     eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    shape = {**shape, "vocab_size": shape["vocab_size"] or len(tokenizer)}
     config = Qwen3_5TextConfig(**shape, bos_token_id=None, eos_token_id=eos, pad_token_id=eos, use_cache=True)
     config.architectures = ["Qwen3_5ForCausalLM"]
     out.mkdir(parents=True, exist_ok=True)
@@ -167,16 +194,24 @@ def run(args: argparse.Namespace) -> dict:
         raise SystemExit("no CUDA device: run on the GPU machine, or pass --tiny for the CPU smoke test")
     device = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16 if cuda else torch.float32
-    shape = SHAPE_TINY if args.tiny else SHAPE_9B
+    engine, engine_note = engine_for(args.engine)
+    shape = SHAPE_9B if not args.tiny else (SHAPE_TINY_WIDE if engine == "vllm" else SHAPE_TINY)
     facts = {"device": torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)",
              "python": platform.python_version(), "torch": torch.__version__}
     for mod in ("transformers", "peft", "accelerate"):
         facts[mod] = __import__(mod).__version__
+    facts["engine"] = engine_note
     log("environment: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         tmp_path = Path(tmp)
         model_dir = prepare_model_dir(tmp_path / "model", shape)
+        if engine == "vllm":  # the server loads weights from disk: write the random ones the trainer loads too
+            from transformers import AutoConfig
+
+            t0 = time.perf_counter()
+            random_model(AutoConfig.from_pretrained(model_dir), device, dtype).save_pretrained(model_dir)
+            log(f"wrote the random weights for the vLLM server in {time.perf_counter() - t0:.1f} s")
         problems = write_problem_file(tmp_path / "problems.jsonl", args.prompts)
         cfg = config_from_dict({
             "model": {"name_or_path": str(model_dir), "dtype": "bfloat16" if cuda else "float32",
@@ -185,7 +220,8 @@ def run(args: argparse.Namespace) -> dict:
             "problems": str(problems),
             "sampling": {"problems_per_step": args.prompts, "candidates_per_problem": args.candidates,
                          "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-                         "prompt_style": "completion", "stop": []},
+                         "prompt_style": "completion", "stop": [], "engine": engine},
+            "vllm": {"gpu_memory_utilization": 0.35},
             "ppo": {"learning_rate": 1e-5, "kl_coef": 0.04, "micro_batch_size": args.micro_batch},
             "train": {"steps": args.steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
             "sandbox": {"backend": "process", "workers": 4},
@@ -196,7 +232,8 @@ def run(args: argparse.Namespace) -> dict:
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         try:
-            with redirected_from_pretrained(device, dtype):
+            loading = redirected_from_pretrained(device, dtype) if engine == "hf" else contextlib.nullcontext()
+            with loading:
                 status = train(cfg, tmp_path / "run", runner=runner, progress=True)
         finally:
             runner.close()
@@ -255,6 +292,7 @@ def table(r: dict) -> str:
         head, "",
         f"Device: {r['facts']['device']}; Python {r['facts']['python']}, torch {r['facts']['torch']}, "
         f"transformers {r['facts']['transformers']}, peft {r['facts']['peft']}, accelerate {r['facts']['accelerate']}; "
+        f"generation engine {r['facts'].get('engine', 'hf')}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}. Median of {r['timed_steps']} step(s) after a warm-up step "
         f"({r['first_step_s']:.1f} s); whole script {r['total_s']:.0f} s after imports.",
         "",
@@ -279,6 +317,8 @@ def table(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test with a tiny model of the same code path")
+    ap.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                    help="generation engine; vllm only where the machine has it (else hf, and the table says why)")
     ap.add_argument("--prompts", type=int, default=8, help="problems per step")
     ap.add_argument("--candidates", type=int, default=4, help="candidates per problem")
     ap.add_argument("--max-new-tokens", type=int, default=128)
