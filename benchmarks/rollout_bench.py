@@ -62,7 +62,7 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
     from training.engines import collect, make_engine
     from training.policy import load_policy
 
-    cfg = config_from_dict({"model": {"name_or_path": model_dir, "lora": None},
+    cfg = config_from_dict({"model": {"name_or_path": model_dir},
                             "sampling": {"candidates_per_problem": CANDIDATES, "max_new_tokens": MAX_NEW_TOKENS,
                                          "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop": []}})
     policy = load_policy(ModelConfig(name_or_path=model_dir, lora=None), kl_coef=0.0)
@@ -70,6 +70,7 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
     engine = (make_engine(cfg, policy.model, policy.tokenizer, run_dir=run_dir) if engine_name == "hf" else
               _vllm(cfg, policy, run_dir))
     prompts = _prompts()
+    info = engine.describe()
     try:
         collect(engine, prompts, cfg.sampling, n=CANDIDATES, seed=0)  # warm-up (kernels, caches, prefix cache)
         calls = []
@@ -81,7 +82,6 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
         engine.close()
     wall = statistics.median(c["wall_s"] for c in calls)
     tokens = statistics.median(c["tokens"] for c in calls)
-    info = engine.describe()
     return {"engine": engine_name, "tokens_per_s": tokens / wall, "wall_s": wall, "tokens": tokens,
             "threads": torch.get_num_threads() if engine_name == "hf" else os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
                                                                                           "vLLM default (every core)"),
@@ -93,9 +93,12 @@ def _vllm(cfg, policy, run_dir):
 
     from training.engines import make_engine
 
-    vcfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, engine="vllm"),
-                               model=dataclasses.replace(cfg.model, lora=None))
-    return make_engine(vcfg, policy.model, policy.tokenizer, run_dir=run_dir, max_prompt_tokens=256)
+    from training.config import ModelConfig
+
+    vcfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, engine="vllm"))
+    # the base model alone on both sides (no adapter: the same weights the hf side samples)
+    return make_engine(vcfg, policy.model, policy.tokenizer, run_dir=run_dir, max_prompt_tokens=256,
+                       model_config=ModelConfig(name_or_path=cfg.model.name_or_path, lora=None))
 
 
 def measure_step(model_dir: str, engine_name: str, steps: int) -> dict:
