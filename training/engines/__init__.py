@@ -21,36 +21,15 @@ sandbox while the rest is still generating; ``collect`` gathers a whole call in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from training.generation import GenerationBatch
+from training.engines.base import Engine, EngineError, Piece
 
-Piece = tuple[list[int], GenerationBatch]
-"""Slots filled and the sequences that fill them (``batch.prompt_index`` indexes the call's prompts)."""
+if TYPE_CHECKING:
+    from training.generation import GenerationBatch
 
-
-class EngineError(RuntimeError):
-    """The engine cannot sample: it did not start, died, or answered something unusable."""
-
-
-class Engine(Protocol):
-    name: str
-
-    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
-        """Sample ``n`` completions of every prompt; yield pieces as they finish (all slots, once each)."""
-        ...
-
-    def sync(self, model: Any) -> None:
-        """Make the engine sample from ``model``'s current weights (after an optimizer step, a resume)."""
-        ...
-
-    def describe(self) -> dict:
-        """``{name, version, url, dtype}``: the ``engine`` entry of the start event's ``runtime``."""
-        ...
-
-    def close(self) -> None:
-        ...
+__all__ = ["Engine", "EngineError", "Piece", "as_engine", "collect", "make_engine", "merge_pieces"]
 
 
 def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> GenerationBatch:
@@ -59,6 +38,8 @@ def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, se
 
 
 def merge_pieces(pieces: Sequence[Piece], prompts: Sequence[str]) -> GenerationBatch:
+    from training.generation import GenerationBatch
+
     if len(pieces) == 1 and pieces[0][0] == list(range(len(pieces[0][1]))):
         batch = pieces[0][1]
         batch.prompts = list(prompts)

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from training import generation
-from training.engines import Piece
+from training.engines.base import Piece
 from training.policy import generation_mode
 
 

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from training.engines import EngineError
+from training.engines.base import EngineError
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_ENV = "CRUCIBLE_VLLM_PYTHON"
