@@ -325,7 +325,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
                     timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
             for result in probe(policy.model, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
-                                seed=args.seed, timeout_s=cfg.sandbox.timeout_s, progress=progress):
+                                seed=args.seed, timeout_s=cfg.sandbox.timeout_s, feedback=cfg.feedback,
+                                progress=progress):
                 results.append(result)
                 emit(result.to_dict())
         emit({"summary": summarize(results, samples=args.samples, split=args.split, model=args.model,

@@ -37,8 +37,12 @@ class EngineError(RuntimeError):
 class Engine(Protocol):
     name: str
 
-    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
-        """Sample ``n`` completions of every prompt; yield pieces as they finish (all slots, once each)."""
+    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None,
+               prompt_ids: Sequence[Sequence[int]] | None = None) -> Iterator[Piece]:
+        """Sample ``n`` completions of every prompt; yield pieces as they finish (all slots, once each).
+
+        ``prompt_ids`` (one id list per prompt): condition on exactly these tokens instead of tokenising
+        ``prompts`` (a multi-turn trajectory: earlier turns and the feedback appended as ids)."""
         ...
 
     def sync(self, model: Any) -> None:
@@ -53,9 +57,11 @@ class Engine(Protocol):
         ...
 
 
-def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> GenerationBatch:
+def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None,
+            prompt_ids: Sequence[Sequence[int]] | None = None) -> GenerationBatch:
     """A whole ``stream`` call as one batch in slot order (grouped by prompt, as ``generate`` returns)."""
-    return merge_pieces(list(engine.stream(prompts, sampling, n=n, seed=seed)), prompts)
+    extra = {} if prompt_ids is None else {"prompt_ids": prompt_ids}
+    return merge_pieces(list(engine.stream(prompts, sampling, n=n, seed=seed, **extra)), prompts)
 
 
 def merge_pieces(pieces: Sequence[Piece], prompts: Sequence[str]) -> GenerationBatch:
