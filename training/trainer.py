@@ -754,6 +754,8 @@ def _problem_events(rollout: Rollout, zero_var: torch.Tensor) -> list[dict]:
         group = [c for c in rollout.candidates if c.group == g]
         out.append({"problem_id": problem.id, "pass_rate": sum(c.passed for c in group) / max(len(group), 1),
                     "zero_variance": bool(zero_var[g]), "candidates": [c.event_dict() for c in group]})
+        if any(c.turns is not None for c in group):  # multi-turn: the share passing at their first turn too
+            out[-1]["pass_rate_turn1"] = sum(c.passed_first_turn for c in group) / max(len(group), 1)
     return out
 
 

@@ -23,6 +23,7 @@ from .archive import config_yaml
 from .forms import RunForm, flatten
 from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
+from .trajectory import turn_views
 from .services import merge_config, default_config
 
 
@@ -174,8 +175,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": run, "state": state, "headline": queries.headline(run_evals),
         "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "integrity": integrity.panel(run),
-        "whatif": rescore.panel_context(run),
+        "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
     })
+
+
+def _turns_of(config: dict) -> int:
+    """``sampling.turns`` of a stored config (runs stored before it existed had one turn)."""
+    turns = ((config or {}).get("sampling") or {}).get("turns", 1)
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) else 1
 
 
 @require_GET
@@ -243,6 +250,14 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
                 f"clip {p['clip_range']:g}" + (f", TIS cap {p['tis_cap']:g}" if p.get("tis_cap") is not None else "")),
         ("reward weights", ", ".join(f"{k} {v:g}" for k, v in config["reward"]["weights"].items())),
     ]
+    if _turns_of(config) > 1:
+        reward = config["reward"]
+        credit = ("the last turn's reward for every token" if reward.get("turns", "final") == "final" else
+                  f"discounted per turn (γ {reward.get('turn_discount', 0.4):g})")
+        fb = config.get("feedback") or {}
+        rows.append(("repair turns", f"up to {_turns_of(config)} turns; credit: {credit}; feedback: "
+                                     f"{fb.get('tests_shown', 3)} failing tests, {fb.get('stderr_chars', 2000)} "
+                                     f"characters of stderr"))
     if overlong.get("mode", "none") != "none":
         rows.append(("truncated replies", "left out of the loss" if overlong["mode"] == "mask" else
                      f"soft penalty over the last {overlong.get('buffer_tokens')} tokens"))
@@ -285,6 +300,7 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
         c["badges"] = integrity.badges(integrity.names_of(c["result"].get("flags")), c["penalized_flags"])
         c["set_aside_text"] = SET_ASIDE_TEXT.get(c["set_aside"], c["set_aside"] or "")
         c["set_aside_label"] = (c["set_aside"] or "").replace("_", " ")
+        c["turn_views"] = turn_views(c["turns"])
     heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
     evaluations = [(s, round(100 * rate)) for s, rate in heldout.history] if heldout else []
     flag_filters = [{"name": name, "meaning": FLAGS[name], "count": flag_counts.get(name, 0)}
