@@ -30,10 +30,10 @@ class HFEngine:
         bounds = [round(i * len(prompts) / chunks) for i in range(chunks + 1)]
         for c in range(chunks):
             lo, hi = bounds[c], bounds[c + 1]
-            ids = None if prompt_ids is None else prompt_ids[lo:hi]
+            extra = {} if prompt_ids is None else {"prompt_ids": prompt_ids[lo:hi]}
             with generation_mode(self.model) as sampler:
                 batch = generation.generate(sampler, self.tokenizer, prompts[lo:hi], sampling, num_return_sequences=n,
-                                            generator_seed=None if seed is None else seed + c, prompt_ids=ids)
+                                            generator_seed=None if seed is None else seed + c, **extra)
             batch.prompt_index = [lo + i for i in batch.prompt_index]
             yield list(range(lo * n, hi * n)), batch
 
