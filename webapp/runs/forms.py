@@ -21,10 +21,13 @@ GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
     ("Reward", "reward"), ("Truncated replies (reward.overlong)", "reward.overlong"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
     ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
+    ("vLLM engine (sampling.engine: vllm)", "vllm"),
+    ("Repair feedback (what the model is told after a failing turn, sampling.turns > 1)", "feedback"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 # From the problem set; from model.name_or_path (run:<id>/step-<n>); the set's latest finished probe.
-SKIP = {"problems", "model.adapters", "difficulty.probe"}
+# vllm.url: the trainer starts its own server; a URL typed into a web form would point it anywhere.
+SKIP = {"problems", "model.adapters", "difficulty.probe", "vllm.url"}
 
 
 def _group_of(name: str) -> str:
