@@ -64,3 +64,20 @@ def test_turn_one_pass_rates_reach_the_problem_table_and_the_evaluations(client_
 def test_a_one_turn_runs_page_has_no_repair_chart(client_alice, run):
     _ingest(run, [step_event(1), problem_event(1)])
     assert 'id="chart-repair"' not in client_alice.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_the_new_run_form_takes_turns_and_feedback_and_refuses_turns_with_completion_prompts(client_alice,
+                                                                                             problem_set):
+    from webapp.runs.models import Run
+
+    from .test_pages import form_data
+
+    data = form_data(problem_set, **{"sampling.prompt_style": "chat", "sampling.turns": "2",
+                                     "reward.turns": "discounted", "feedback.tests_shown": "1"})
+    assert client_alice.post("/runs/new", data).status_code == 302
+    run = Run.objects.get()
+    assert run.config["sampling"]["turns"] == 2 and run.config["feedback"]["tests_shown"] == 1
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert "up to 2 turns; credit: discounted per turn (γ 0.4)" in html and 'id="chart-repair"' in html
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.turns": "2"}))  # completion style
+    assert "prompt_style: chat" in r.context["form"]["sampling.turns"].errors[0]
