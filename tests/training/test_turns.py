@@ -415,3 +415,33 @@ def test_a_two_turn_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one
     wa = load_file(str(tmp_path / "straight" / "checkpoints" / "step-2" / "adapter_model.safetensors"))
     wb = load_file(str(interrupted / "checkpoints" / "step-2" / "adapter_model.safetensors"))
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_the_vllm_engine_sends_a_later_turns_exact_token_ids(tokenizer, runner, tmp_path):
+    """The vLLM engine's side of the door, with the server's answers canned: turn 2's request carries the
+    trajectory's token ids as its prompt, and a two-turn rollout goes through it as through the hf one."""
+    from training.engines.vllm import VLLMEngine
+    from training.rollout import start_rollout
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    engine = VLLMEngine("http://127.0.0.1:9", tokenizer, eos_ids=[eos], adapter_dir=tmp_path)
+    bodies = []
+
+    def answer(path, body, raw=False):
+        bodies.append(body)
+        first = tokenizer.decode(body["prompt"]).count("<|im_start|>assistant") == 1
+        ids = tokenizer(_reply(WRONG["add"] if first else RIGHT["add"]), add_special_tokens=False)["input_ids"]
+        return {"choices": [{"token_ids": ids + [eos], "logprobs": {"token_logprobs": [-0.5] * (len(ids) + 1)}}]}
+
+    engine._post = answer
+    try:
+        problems = _problems("add")
+        rollout = start_rollout(engine, tokenizer, problems, _sampling(), runner, generator_seed=0).finish()
+    finally:
+        engine.close()
+    assert [len(c.turns) for c in rollout.candidates] == [2, 2] and all(c.passed for c in rollout.candidates)
+    assert len(bodies) == 4  # two trajectories x two turns, one request each
+    turn2 = [b["prompt"] for b in bodies[2:]]
+    row = rollout.batch.prompt_ids[0] + rollout.batch.completion_ids[0]
+    assert any(row[:len(p)] == p for p in turn2)  # turn 2 continued exactly the trajectory's tokens
+    assert rollout.batch.sampler_logprobs[0].count(0.0) == rollout.batch.completion_turns[0].count(-1)
