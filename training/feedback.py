@@ -134,10 +134,11 @@ def assistant_turn_end(tokenizer: Any) -> str:
 
 def user_turn_parts(tokenizer: Any, thinking: bool) -> tuple[str, str]:
     """(before, after) the content of a user message appended to a conversation, the assistant opener
-    included in ``after`` (with ``enable_thinking`` as the run's prompts have it)."""
-    system = [{"role": "system", "content": _SYSTEM}]
-    before = _render(tokenizer, system, generation_prompt=False, thinking=thinking)
-    after = _render(tokenizer, [*system, {"role": "user", "content": _MARK}], generation_prompt=True,
+    included in ``after`` (with ``enable_thinking`` as the run's prompts have it). The conversation it is
+    rendered after holds a user message already: some templates (Qwen3.5's) refuse one without."""
+    opening = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "U"}]
+    before = _render(tokenizer, opening, generation_prompt=False, thinking=thinking)
+    after = _render(tokenizer, [*opening, {"role": "user", "content": _MARK}], generation_prompt=True,
                     thinking=thinking)
     if not after.startswith(before) or _MARK not in after:
         raise ValueError("sampling.turns > 1 appends each feedback message to the conversation's tokens, but this "

@@ -292,7 +292,7 @@ def feedback_token_budget(feedback: Any, sampling: Any) -> int:
 def turn_metrics(candidates: Sequence[CandidateRecord], turns: int) -> dict[str, float]:
     """``pass@1/turn1``, ``pass@1/final``, ``repair/rate`` (of the trajectories failing at turn 1, the
     share passing by their last turn; 0 when none failed), ``turns/mean`` and ``reward/turn<t>`` (mean
-    reward of the turn-``t`` attempts, over the trajectories that reached turn ``t``)."""
+    reward of the turn-``t`` attempts, over the trajectories that reached turn ``t``; absent when none did)."""
     n = max(len(candidates), 1)
     failed_first = [c for c in candidates if not c.passed_first_turn]
     metrics = {"pass@1/turn1": sum(c.passed_first_turn for c in candidates) / n,
@@ -301,5 +301,6 @@ def turn_metrics(candidates: Sequence[CandidateRecord], turns: int) -> dict[str,
                "turns/mean": sum(len(c.turn_rewards) for c in candidates) / n}
     for t in range(turns):
         reached = [c.turn_rewards[t] for c in candidates if len(c.turn_rewards) > t]
-        metrics[f"reward/turn{t + 1}"] = sum(reached) / len(reached) if reached else 0.0
+        if reached:  # a turn no trajectory reached has no reward to average (not 0)
+            metrics[f"reward/turn{t + 1}"] = sum(reached) / len(reached)
     return metrics
