@@ -136,12 +136,20 @@ def run_child(cfg: dict, budget_s: float | None, threads: int, out: Path) -> dic
     steps = [e["metrics"] for e in events if e["event"] == "step"]
     latest = ckpt.latest_checkpoint(run_dir)
     result = {"status": status, "steps": len(steps), "wall_s": wall,
-              "train_s": sum(m.get("time/step_s", 0.0) for m in steps),
+              "train_s": sum(m.get("time/step_s", 0.0) for m in steps), **step_facts(steps),
               "train_pass_turn1_last4": _mean([m.get("pass@1/turn1", m.get("pass@1/train", 0.0)) for m in steps[-4:]]),
               "train_pass_final_last4": _mean([m.get("pass@1/final", m.get("pass@1/train", 0.0)) for m in steps[-4:]]),
               "after": evaluate_two_turns(cfg["model"]["name_or_path"], str(latest), cfg["train"]["eval_samples"])}
     out.write_text(json.dumps(result))
     return result
+
+
+def step_facts(steps: list[dict]) -> dict:
+    """Per-step means of an arm's step metrics: seconds, turn-2 reward (where turn 2 ran), last KL."""
+    turn2 = [m["reward/turn2"] for m in steps if "reward/turn2" in m]
+    return {"step_s": _mean([m.get("time/step_s", 0.0) for m in steps]),
+            "reward_turn1": _mean([m.get("reward/turn1", m.get("reward/mean", 0.0)) for m in steps]),
+            "reward_turn2": _mean(turn2) if turn2 else None, "kl_last": steps[-1].get("kl") if steps else None}
 
 
 def _mean(values: list[float]) -> float:
@@ -197,6 +205,13 @@ def markdown(res: dict) -> str:
                   f"{pct(two['final'])} vs {pct(one['final'])}, at turn 1 {pct(two['turn1'])} vs {pct(one['turn1'])}, "
                   f"repair rate {pct(two['repair_rate'])} vs {pct(one['repair_rate'])} (before training "
                   f"{pct(res['before']['repair_rate'])}). {res['samples_note']}"]
+    o, t = res["one"], res["two"]
+    if "step_s" in o and "step_s" in t:
+        lines += ["", f"A `turns: 2` step took {t['step_s']:.1f} s to `turns: 1`'s {o['step_s']:.1f} s (turn 2 "
+                      f"generates one sequence per failing trajectory on a longer context). Mean training reward "
+                      f"of turn 1 {o['reward_turn1']:.3f} (`turns: 1`) vs {t['reward_turn1']:.3f} (`turns: 2`), "
+                      f"of turn 2 {t['reward_turn2'] if t['reward_turn2'] is not None else float('nan'):.3f}; "
+                      f"KL to the reference at the last step {o['kl_last']:.4f} vs {t['kl_last']:.4f}."]
     return "\n".join(lines) + "\n"
 
 
@@ -210,7 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--no-write", action="store_true", help="print the markdown, leave RESULTS.md alone")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--render", default=None, help="rewrite the RESULTS.md section from a --json-out file")
     args = parser.parse_args(argv)
+    if args.render:
+        from benchmarks.results import update_section
+
+        res = json.loads(Path(args.render).read_text())
+        text = markdown(res)
+        print(text)
+        arch = res["build"].get("arch", "qwen3")
+        if not args.no_write:
+            update_section("repair" if arch == "qwen3" else "repair-qwen3-5", text)
+        return 0
     if args.child:
         spec = json.loads(Path(args.child).read_text())
         run_child(spec["config"], spec["budget_s"], args.threads, Path(args.json_out))
