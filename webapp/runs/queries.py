@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
 
@@ -165,10 +165,11 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
     if step is not None:
         qs = qs.filter(step=step)
     if flag is not None and connection.features.supports_json_field_contains:
-        qs = qs.filter(result__flags__contains=[flag])
+        qs = qs.filter(Q(result__flags__contains=[flag]) | Q(turns__contains=[{"flags": [flag]}]))
     out = []
     for c in qs.order_by("-step", "index"):
-        if flag is not None and flag not in (c.result.get("flags") or ()):
+        turn_flags = [f for t in (c.turns or ()) if isinstance(t, dict) for f in (t.get("flags") or ())]
+        if flag is not None and flag not in (c.result.get("flags") or ()) and flag not in turn_flags:
             continue  # SQLite has no JSON containment: the database kept them all
         result = dict(c.result)
         result["tests"] = complete_tests(result)

@@ -292,12 +292,12 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     step = int_param(request.GET.get("step"))
     listed = queries.candidates(run, problem_id, status=status, step=step, phase=phase)
     flag_counts = integrity.flag_counts(listed)
-    candidates = [c for c in listed if flag in integrity.names_of(c["result"].get("flags"))] if flag else listed
+    candidates = [c for c in listed if flag in integrity.carried_flags(c)] if flag else listed
     shown = candidates[:50]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
-        c["badges"] = integrity.badges(integrity.names_of(c["result"].get("flags")), c["penalized_flags"])
+        c["badges"] = integrity.badges(integrity.carried_flags(c), c["penalized_flags"])
         c["set_aside_text"] = SET_ASIDE_TEXT.get(c["set_aside"], c["set_aside"] or "")
         c["set_aside_label"] = (c["set_aside"] or "").replace("_", " ")
         c["turn_views"] = turn_views(c["turns"])

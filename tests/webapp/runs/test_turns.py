@@ -81,3 +81,15 @@ def test_the_new_run_form_takes_turns_and_feedback_and_refuses_turns_with_comple
     assert "up to 2 turns; credit: discounted per turn (γ 0.4)" in html and 'id="chart-repair"' in html
     r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.turns": "2"}))  # completion style
     assert "prompt_style: chat" in r.context["form"]["sampling.turns"].errors[0]
+
+
+def test_a_flag_raised_by_an_earlier_turn_is_found_by_the_flag_filter_and_shown_on_that_turn(client_alice, run):
+    event = repair_event(1)
+    event["candidates"][0]["turns"][0]["flags"] = ["hardcoded_outputs"]  # turn 1 hard-coded; turn 2 is clean
+    _ingest(run, [step_event(1), event])
+    listed = client_alice.get(f"/api/runs/{run.pk}/problems/HumanEval/0/candidates?flag=hardcoded_outputs").json()
+    assert [c["index"] for c in listed] == [0]
+    html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval/0/candidates?status=passed"
+                            "&flag=hardcoded_outputs").content.decode()
+    first_turn = html.split('data-turn="1"')[1].split('data-turn="2"')[0]
+    assert "hardcoded_outputs" in first_turn and "hardcoded_outputs (1)" in html  # the filter counts it
