@@ -20,14 +20,13 @@ from .services import validate_config
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
     ("Reward", "reward"), ("Truncated replies (reward.overlong)", "reward.overlong"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
+    ("vLLM server (when sampling.engine is vllm)", "vllm"),
     ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
-    ("vLLM engine (sampling.engine: vllm)", "vllm"),
     ("Repair feedback (what the model is told after a failing turn, sampling.turns > 1)", "feedback"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 # From the problem set; from model.name_or_path (run:<id>/step-<n>); the set's latest finished probe.
-# vllm.url: the trainer starts its own server; a URL typed into a web form would point it anywhere.
-SKIP = {"problems", "model.adapters", "difficulty.probe", "vllm.url"}
+SKIP = {"problems", "model.adapters", "difficulty.probe"}
 
 
 def _group_of(name: str) -> str:
@@ -140,7 +139,8 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
     if base == "number":
         return forms.FloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
                                 validators=validators, **common)
-    return forms.CharField(required=not nullable, **common)
+    return forms.CharField(required=not nullable, max_length=schema.get("maxLength"),
+                           empty_value=None if nullable else "", **common)
 
 
 def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[str, forms.Field, Any]]:
