@@ -259,7 +259,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with Runner(backend=cfg.sandbox.backend, workers=cfg.sandbox.workers, mode=cfg.sandbox.mode,
                 timeout_s=cfg.sandbox.timeout_s, memory_mb=cfg.sandbox.memory_mb) as runner:
         report = evaluate(model, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
-                          generator_seed=args.seed)
+                          generator_seed=args.seed, feedback=cfg.feedback)
     if not args.per_problem:
         report.pop("per_problem", None)
     report.update(model=args.model, adapter=args.adapter, split=args.split)
