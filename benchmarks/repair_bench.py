@@ -189,7 +189,8 @@ def markdown(res: dict) -> str:
         "per held-out problem: pass@1 at turn 1, after 2 turns, and the repair rate (of the samples failing "
         "turn 1, the share passing turn 2).",
         "",
-        "| | steps | train s | held-out pass@1 turn 1 | after 2 turns | repair rate | train pass (last 4 steps) turn 1 → final |",
+        "| | steps | train s | held-out pass@1 turn 1 | after 2 turns | repair rate | "
+        "train pass (last 4 steps) turn 1 → final |",
         "|---|---|---|---|---|---|---|",
         f"| before training | – | – | {pct(res['before']['turn1'])} | {pct(res['before']['final'])} | "
         f"{pct(res['before']['repair_rate'])} | – |",

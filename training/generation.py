@@ -319,7 +319,8 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], sampling: SamplingCon
         raise ValueError("generate() needs at least one prompt")
     if prompt_ids is not None:
         if len(prompt_ids) != len(prompts):
-            raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(prompts)} prompts; give one per prompt")
+            raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(prompts)} prompts; "
+                             "give one per prompt")
         if any(len(ids) == 0 for ids in prompt_ids):
             raise ValueError("a prompt's token ids are empty; the model needs at least one token to continue")
         return [[int(i) for i in ids] for ids in prompt_ids]

@@ -45,7 +45,8 @@ def test_a_two_turn_candidate_shows_both_turns_and_the_feedback_between_them(pag
     page.locator("#candidates a[data-status='']").click()  # every candidate (both passed by the end)
     wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 4", 10)  # 2 steps x 2
     candidate = page.locator("#candidates details.candidate").first
-    assert candidate.get_attribute("open") is not None and "2 turns" in candidate.locator(":scope > summary").inner_text()
+    assert candidate.get_attribute("open") is not None
+    assert "2 turns" in candidate.locator(":scope > summary").inner_text()
     turns = candidate.locator(".trajectory section.turn")
     assert turns.count() == 2
     first, second = turns.nth(0), turns.nth(1)
