@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -141,6 +142,7 @@ def run_child(cfg: dict, budget_s: float | None, threads: int, out: Path) -> dic
               "train_pass_final_last4": _mean([m.get("pass@1/final", m.get("pass@1/train", 0.0)) for m in steps[-4:]]),
               "after": evaluate_two_turns(cfg["model"]["name_or_path"], str(latest), cfg["train"]["eval_samples"])}
     out.write_text(json.dumps(result))
+    shutil.rmtree(run_dir, ignore_errors=True)
     return result
 
 
@@ -284,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json_out).write_text(json.dumps(res, indent=2))
     if not args.no_write:
         update_section("repair" if args.arch == "qwen3" else "repair-qwen3-5", text)
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
