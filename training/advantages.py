@@ -9,7 +9,7 @@ count them per problem and, with dynamic sampling, drop them from the update.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -79,6 +79,53 @@ def get_advantage(name: str) -> AdvantageFn:
 def compute_advantages(name: str, rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Advantages of grouped rewards with the estimator ``name``. rewards: (P, K) -> (P, K)."""
     return get_advantage(name)(rewards, eps=eps)
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """Per turn of a trajectory, ``G_t = sum_{s >= t} gamma^(s - t) r_s`` (computed backwards). A first
+    turn that passes (a one-turn trajectory) keeps its own reward; a fix is worth less to the turn
+    before it the smaller ``gamma`` is. Source: Baronio et al. 2025, Kevin-32B (multi-turn RL)."""
+    out, running = [0.0] * len(rewards), 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def turn_advantages(name: str, groups: Sequence[Sequence[Sequence[float]]], gamma: float,
+                    eps: float = 1e-6) -> list[list[list[float]]]:
+    """``reward.turns: discounted``: advantages per turn of each trajectory.
+
+    ``groups[g][i]`` are the turn rewards of trajectory ``i`` of problem ``g``. Each turn's return
+    (``discounted_returns``) joins its group's pool (every turn of every trajectory of the problem),
+    and the estimator ``name`` runs over that pool as one group (GRPO: mean/std of the pool; RLOO:
+    leave-one-out within it; Dr. GRPO: pool mean), so a turn is compared with the group's other
+    attempts. -> ``[g][i][t]``, the same nesting as ``groups``.
+    """
+    out = []
+    for group in groups:
+        returns = [discounted_returns(turns, gamma) for turns in group]
+        pool = torch.tensor([r for rs in returns for r in rs], dtype=torch.float32)[None, :]  # (1, M)
+        flat = compute_advantages(name, pool, eps=eps)[0].tolist()  # (M,)
+        split, pos = [], 0
+        for rs in returns:
+            split.append(flat[pos:pos + len(rs)])
+            pos += len(rs)
+        out.append(split)
+    return out
+
+
+def token_advantages(per_turn: Sequence[Sequence[float]], token_turns: torch.Tensor) -> torch.Tensor:
+    """Each completion token's advantage: its turn's entry of ``per_turn`` (one list per sequence), 0 on
+    feedback tokens and padding (``token_turns`` -1). token_turns: (N, C) -> (N, C)"""
+    n, c = token_turns.shape
+    width = max(1, max((len(a) for a in per_turn), default=1))
+    table = torch.zeros(n, width, dtype=torch.float32, device=token_turns.device)  # (N, T)
+    for i, adv in enumerate(per_turn):
+        if adv:
+            table[i, :len(adv)] = torch.tensor(adv, dtype=torch.float32)
+    picked = table.gather(1, token_turns.clamp(min=0))  # (N, C)
+    return picked * (token_turns >= 0).to(picked.dtype)  # (N, C)
 
 
 def clip_advantages(advantages: torch.Tensor, clip: float | None) -> torch.Tensor:

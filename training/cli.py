@@ -274,7 +274,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
                         memory_mb=cfg.sandbox.memory_mb) as runner:
         report = evaluate(sampler, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
-                          generator_seed=args.seed)
+                          generator_seed=args.seed, feedback=cfg.feedback)
     if not args.per_problem:
         report.pop("per_problem", None)
     report.update(model=args.model, adapter=args.adapter, split=args.split)
@@ -342,7 +342,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
                             workers=cfg.sandbox.workers, mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
                             memory_mb=cfg.sandbox.memory_mb) as runner:
             for result in probe(sampler, policy.tokenizer, problems, cfg.sampling, runner, samples=args.samples,
-                                seed=args.seed, timeout_s=cfg.sandbox.timeout_s, progress=progress):
+                                seed=args.seed, timeout_s=cfg.sandbox.timeout_s, feedback=cfg.feedback,
+                                progress=progress):
                 results.append(result)
                 emit(result.to_dict())
         emit({"summary": summarize(results, samples=args.samples, split=args.split, model=args.model,

@@ -44,6 +44,9 @@ WARMUPS = ("none", "stable_then_fast")
 LR_DECAYS = ("constant", "linear", "cosine")
 SANDBOX_MODES = ("warm", "cold")
 OVERLONG_MODES = ("none", "mask", "soft")
+TURN_CREDITS = ("final", "discounted")
+"""reward.turns: how a multi-turn trajectory's turn rewards become the credit of its tokens."""
+MAX_TURNS = 8
 ENGINES = ("hf", "vllm")
 """Generation engines (training/engines/): the trainer's own decoding loop, or a vLLM server."""
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -250,6 +253,9 @@ class SamplingConfig(_Section):
     engine: str = _field("hf", choices=ENGINES)
     """hf: the trainer's own decoding loop; vllm: a vLLM server (the `vllm` section) samples from the policy
     being trained, its LoRA adapter reloaded after every optimizer step."""
+    turns: int = _field(1, ge=1, le=MAX_TURNS)
+    """Attempts per candidate: after a failing turn the sandbox's answer (the feedback section) is sent as a user
+    message and the model answers again, until a turn passes or the turns run out; 1 = one attempt."""
 
     def _check(self) -> None:
         if self.stop is not None and any(s == "" for s in self.stop):
@@ -257,6 +263,10 @@ class SamplingConfig(_Section):
         if self.thinking and self.prompt_style != "chat":
             raise ConfigError("thinking", "needs prompt_style: chat (thinking is a chat template setting); "
                                           "set prompt_style: chat or thinking: false")
+        if self.turns > 1 and self.prompt_style != "chat":
+            raise ConfigError("turns", f"is {self.turns} but a repair turn is a chat message (the sandbox's answer "
+                                       "as a user turn), and prompt_style is completion; set prompt_style: chat "
+                                       "or turns: 1")
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -317,6 +327,11 @@ class RewardConfig(_Section):
     """Truncated candidates (hit max_new_tokens): kept, masked out of the loss, or softly penalised."""
     penalize_flags: tuple[str, ...] = _field((), choices=FLAG_VOCABULARY)
     """Reward-hacking flags (e.g. [exit_before_tests, patches_runtime]) whose candidates get a total reward of 0."""
+    turns: str = _field("final", choices=TURN_CREDITS)
+    """Multi-turn credit (sampling.turns > 1): final = every token gets the last turn's reward; discounted = turn
+    t's tokens get the sum over s >= t of turn_discount^(s - t) times turn s's reward."""
+    turn_discount: float = _field(0.4, ge=0.0, le=1.0)
+    """reward.turns: discounted: the weight gamma of each later turn's reward (0 = each turn only its own)."""
 
 
 @dataclass(frozen=True)
@@ -502,6 +517,19 @@ class DifficultyConfig(_Section):
 
 
 @dataclass(frozen=True)
+class FeedbackConfig(_Section):
+    """What the model is told after a failing turn (sampling.turns > 1): the sandbox's answer, never the solution."""
+
+    tests_shown: int = _field(3, ge=0, le=100)
+    """Failing tests described per feedback message (function problems: the test's text and error; stdio: which
+    case failed and how, never a hidden case's expected output)."""
+    stderr_chars: int = _field(2000, ge=0, le=100_000)
+    """Characters of the end of the program's stderr (the traceback) shown; 0 = none."""
+    include_code: bool = False
+    """Repeat the failing code in the feedback message (it is already in the conversation as the model's reply)."""
+
+
+@dataclass(frozen=True)
 class RunConfig(_Section):
     """A whole training run."""
 
@@ -525,6 +553,8 @@ class RunConfig(_Section):
     """Train problems left out at launch by a difficulty probe's pass rates (held-out problems never are)."""
     vllm: VLLMConfig = _field(factory=VLLMConfig)
     """The vLLM server, when sampling.engine is vllm."""
+    feedback: FeedbackConfig = _field(factory=FeedbackConfig)
+    """What the model is told after a failing turn, when sampling.turns > 1."""
 
     def _check(self) -> None:
         if not self.problems.strip():
@@ -543,7 +573,7 @@ class RunConfig(_Section):
 
 
 SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConfig, RewardConfig, PPOConfig,
-            ScheduleConfig, TrainConfig, SandboxConfig, VLLMConfig, DifficultyConfig, RunConfig)
+            ScheduleConfig, TrainConfig, SandboxConfig, VLLMConfig, DifficultyConfig, FeedbackConfig, RunConfig)
 
 
 # --------------------------------------------------------------------------------------------------

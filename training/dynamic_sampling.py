@@ -155,13 +155,15 @@ def merge_rollouts(parts: Sequence[tuple[Rollout, int]], times_from: Sequence[Ro
         candidates += [dataclasses.replace(c, group=new) for c in rollout.candidates if c.group == g]
         rows += [(rollout.batch, i, new) for i in range(g * k, (g + 1) * k)]
     with_sampler = all(len(b.sampler_logprobs) == len(b) for b, _, _ in rows)
+    with_turns = all(len(b.completion_turns) == len(b) for b, _, _ in rows)
     batch = GenerationBatch(
         prompt_ids=[b.prompt_ids[i] for b, i, _ in rows], completion_ids=[b.completion_ids[i] for b, i, _ in rows],
         texts=[b.texts[i] for b, i, _ in rows], prompt_index=[new for _, _, new in rows],
         finish_reasons=[b.finish_reasons[i] for b, i, _ in rows],
         generated_tokens=[b.generated_tokens[i] for b, i, _ in rows],
         prompts=[rollout.batch.prompts[g] for rollout, g in parts],
-        sampler_logprobs=[b.sampler_logprobs[i] for b, i, _ in rows] if with_sampler else [])
+        sampler_logprobs=[b.sampler_logprobs[i] for b, i, _ in rows] if with_sampler else [],
+        completion_turns=[b.completion_turns[i] for b, i, _ in rows] if with_turns else [])
     sources = list(times_from) or list({id(r): r for r, _ in parts}.values())
     return Rollout(problems=problems, candidates=candidates, batch=batch,
                    rewards=torch.stack(rewards),  # (P, K)

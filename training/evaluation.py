@@ -42,7 +42,7 @@ def default_ks(samples: int) -> list[int]:
 def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: SamplingConfig, *, samples: int,
              ks: Sequence[int] | None = None, runner: Any, generator_seed: int | None = 0,
              prompts_per_batch: int = 16, on_candidate: Callable[[Any, str, Any], None] | None = None,
-             record: bool = False, reward: Any = None, timeout_s: float | None = None) -> dict:
+             record: bool = False, reward: Any = None, timeout_s: float | None = None, feedback: Any = None) -> dict:
     """Sample ``samples`` completions per problem with ``sampling``, execute them, and estimate pass@k.
 
     Returns ``{"pass@1": float, "pass@k": {"4": float, ...}, "per_problem": {problem_id: {"n", "c",
@@ -57,6 +57,10 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     order, scored and serialised as a training step's candidates are (``rollout.score_samples``:
     code, reward, rewards, result, truncated, ...) with ``reward`` (the run's ``RewardConfig``; None:
     the defaults) and ``timeout_s`` (the run's ``sandbox.timeout_s``, for the efficiency reward).
+
+    With ``sampling.turns > 1`` each sample is a repair trajectory (training/turns.py, ``feedback`` the
+    run's ``FeedbackConfig``): ``pass@1``/``pass@k`` count a sample that passes by its last turn, and
+    ``pass@1/turn1`` (also per problem) one that passes at its first.
     """
     from sandbox import Candidate
     from training.engines import as_engine, collect
@@ -84,11 +88,26 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     was_training = getattr(model, "training", False)
     if model is not None:
         model.eval()
+    multi_turn = getattr(sampling, "turns", 1) > 1
+    first_counts: dict[str, int] = {p.id: 0 for p in problems}  # id -> samples passing at turn 1
     try:
         for start in range(0, len(problems), prompts_per_batch):
             chunk = problems[start:start + prompts_per_batch]
-            prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in chunk]
             seed = None if generator_seed is None else generator_seed + start
+            if multi_turn:
+                for rec in _trajectories(engine, tokenizer, chunk, sampling, runner, samples=samples, seed=seed,
+                                         reward=reward, timeout_s=timeout_s, feedback=feedback):
+                    counts[rec.problem_id][0] += 1
+                    counts[rec.problem_id][1] += int(rec.passed)
+                    first_counts[rec.problem_id] += int(rec.passed_first_turn)
+                    total = rec.result.get("tests_total") or 0
+                    test_rates.append((rec.result.get("tests_passed") or 0) / total if total else 0.0)
+                    if on_candidate:
+                        on_candidate(by_id[rec.problem_id], rec.text, rec.result)
+                    if record:
+                        recorded[rec.problem_id].append(rec.event_dict())
+                continue
+            prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in chunk]
             batch = collect(engine, prompts, sampling, n=samples, seed=seed)
             key = "reply" if chat else "completion"
             answers = [sandbox_reply(text, thinking) if chat else text for text in batch.texts]
@@ -111,11 +130,42 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
         if was_training:
             model.train()
     per_problem = {pid: {"n": n, "c": c, "pass@1": pass_at_k(n, c, 1)} for pid, (n, c) in counts.items()}
+    if multi_turn:
+        for pid, entry in per_problem.items():
+            entry["pass@1/turn1"] = pass_at_k(entry["n"], first_counts[pid], 1)
     if record:
         for pid, entry in per_problem.items():
             entry["candidates"] = recorded[pid]
     by_k = {k: sum(pass_at_k(n, c, k) for n, c in counts.values()) / len(counts) for k in ks}
-    return {"pass@1": by_k.get(1, sum(v["pass@1"] for v in per_problem.values()) / len(per_problem)),
-            "pass@k": {str(k): v for k, v in by_k.items() if k != 1},
-            "per_problem": per_problem, "samples": samples, "problems": len(problems),
-            "mean_test_pass_rate": sum(test_rates) / len(test_rates)}
+    report = {"pass@1": by_k.get(1, sum(v["pass@1"] for v in per_problem.values()) / len(per_problem)),
+              "pass@k": {str(k): v for k, v in by_k.items() if k != 1},
+              "per_problem": per_problem, "samples": samples, "problems": len(problems),
+              "mean_test_pass_rate": sum(test_rates) / len(test_rates)}
+    if multi_turn:
+        report["pass@1/turn1"] = sum(v["pass@1/turn1"] for v in per_problem.values()) / len(per_problem)
+    return report
+
+
+def _trajectories(engine: Any, tokenizer: Any, problems: Sequence[Any], sampling: SamplingConfig, runner: Any, *,
+                  samples: int, seed: int | None, reward: Any, timeout_s: float | None, feedback: Any) -> list:
+    """The held-out samples of ``problems`` as repair trajectories, scored (``CandidateRecord`` each)."""
+    from concurrent.futures import Future
+
+    from training.config import RewardConfig
+    from training.turns import start_trajectories
+
+    class Submitter:  # the evaluation's runner may only offer run_batch: run each batch at once
+        def submit_batch(self, problem_map: Any, candidates: list) -> Future:
+            if hasattr(runner, "submit_batch"):
+                return runner.submit_batch(problem_map, candidates)
+            fut: Future = Future()
+            fut.set_result(runner.run_batch(problem_map, candidates))
+            return fut
+
+    reward = reward if reward is not None else RewardConfig()
+    pending = start_trajectories(engine, tokenizer, problems, sampling, Submitter(), k=samples, generator_seed=seed,
+                                 feedback=feedback,
+                                 score_args={"weights": reward.weights.as_dict(), "normalize": reward.normalize,
+                                             "timeout_s": timeout_s, "overlong": reward.overlong,
+                                             "penalize_flags": reward.penalize_flags})
+    return pending.finish().candidates

@@ -71,6 +71,10 @@ class GenerationBatch:
     ``softmax(logits / temperature)`` (no top-k/top-p cut: the distribution the trainer scores), one
     per ``completion_ids`` entry. Compared with the trainer's old-policy log-probs of the same tokens
     under the same weights, it measures sampler/trainer mismatch (``rollout/mismatch_kl``)."""
+    completion_turns: list[list[int]] = field(default_factory=list)
+    """Multi-turn trajectories only (empty otherwise): per sequence, the 0-based turn of each
+    ``completion_ids`` token, -1 on the feedback tokens between turns (not the model's: out of the loss,
+    the KL and the entropy; their ``sampler_logprobs`` are 0)."""
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -99,6 +103,9 @@ class GenerationBatch:
         * ``prompt_index``   (B,)        ``prompt_index`` of each sequence (which rows share a prompt)
         * ``sampler_logprobs`` (B, C)    the sampler's log-probs of the completion tokens (0 on padding),
           when recorded
+        * ``loss_mask``      (B, C)      multi-turn only (``completion_turns``): ``completion_mask`` with the
+          feedback tokens zeroed, the tokens the policy is trained on
+        * ``token_turns``    (B, C)      multi-turn only: each completion token's turn, -1 on feedback and padding
         """
         b = len(self)
         p = max(len(x) for x in self.prompt_ids)
@@ -123,6 +130,13 @@ class GenerationBatch:
                 if lp:
                     sampler[i, :len(lp)] = torch.tensor(lp, dtype=torch.float32)
             out["sampler_logprobs"] = sampler
+        if self.completion_turns:
+            turns = torch.full((b, c), -1, dtype=torch.long)  # (B, C)
+            for i, row in enumerate(self.completion_turns):
+                if row:
+                    turns[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+            out["token_turns"] = turns
+            out["loss_mask"] = completion_mask * (turns >= 0).long()  # (B, C)
         if device is not None:
             out = {k: v.to(device) for k, v in out.items()}
         return out
@@ -220,14 +234,16 @@ class _StopOnStrings(StoppingCriteria):
 @torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: SamplingConfig, *,
              num_return_sequences: int = 1, generator_seed: int | None = None,
-             add_special_tokens: bool | None = None) -> GenerationBatch:
+             add_special_tokens: bool | None = None,
+             prompt_ids: Sequence[Sequence[int]] | None = None) -> GenerationBatch:
     """Sample ``num_return_sequences`` completions for each prompt in one batched ``generate``.
 
     Left padding, attention mask and KV cache; ``temperature == 0`` decodes greedily. With
     ``generator_seed`` the call is deterministic and leaves the global RNG state untouched; without
     it, sampling draws from the global torch RNG (seed it once per run). ``add_special_tokens``
     defaults to True for completion prompts (a BOS where the tokenizer uses one) and False for chat
-    prompts (the template already holds the special tokens).
+    prompts (the template already holds the special tokens). ``prompt_ids``: the exact token ids of
+    each prompt (a multi-turn trajectory so far), used as they are instead of tokenising ``prompts``.
     """
     eos_ids = eos_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id
@@ -236,7 +252,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
             raise ValueError("the tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token")
         pad_id = eos_ids[0]
 
-    encoded = encode_prompts(tokenizer, prompts, sampling, add_special_tokens)
+    encoded = encode_prompts(tokenizer, prompts, sampling, add_special_tokens, prompt_ids=prompt_ids)
     p_len = max(len(e) for e in encoded)
     input_ids = torch.full((len(encoded), p_len), pad_id, dtype=torch.long)  # (N, P) left-padded
     attention_mask = torch.zeros((len(encoded), p_len), dtype=torch.long)  # (N, P)
@@ -294,11 +310,20 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampl
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence[str], sampling: SamplingConfig,
-                   add_special_tokens: bool | None = None) -> list[list[int]]:
+                   add_special_tokens: bool | None = None,
+                   prompt_ids: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
     """The token ids every engine conditions on. ``add_special_tokens`` defaults to True for completion
-    prompts (a BOS where the tokenizer uses one) and False for chat prompts (the template holds them)."""
+    prompts (a BOS where the tokenizer uses one) and False for chat prompts (the template holds them).
+    ``prompt_ids`` given (one list per prompt): those ids exactly, nothing tokenised."""
     if not prompts:
         raise ValueError("generate() needs at least one prompt")
+    if prompt_ids is not None:
+        if len(prompt_ids) != len(prompts):
+            raise ValueError(f"prompt_ids has {len(prompt_ids)} entries for {len(prompts)} prompts; "
+                             "give one per prompt")
+        if any(len(ids) == 0 for ids in prompt_ids):
+            raise ValueError("a prompt's token ids are empty; the model needs at least one token to continue")
+        return [[int(i) for i in ids] for ids in prompt_ids]
     if add_special_tokens is None:
         add_special_tokens = sampling.prompt_style == "completion"
     encoded = [tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"] for p in prompts]

@@ -20,13 +20,15 @@ CANDIDATES_PER_GENERATE = 256
 
 
 def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: Any, *, samples: int,
-          seed: int = 0, timeout_s: float | None = None,
+          seed: int = 0, timeout_s: float | None = None, feedback: Any = None,
           progress: Callable[[int, int], None] | None = None) -> Iterator[ProblemDifficulty]:
     """Yield each problem's ``ProblemDifficulty`` in ``problems`` order.
 
     ``sampling`` is the run's ``SamplingConfig`` (its ``candidates_per_problem`` is replaced by
     ``samples``); ``runner`` a ``sandbox.Runner``; ``seed`` makes the probe repeatable. A sample
-    passes when every test ran and passed. ``progress(done, total)`` is called after each chunk.
+    passes when every test ran and passed; with ``sampling.turns > 1`` a sample is a repair trajectory
+    (``feedback``: the run's ``FeedbackConfig``) and passes when its last turn does.
+    ``progress(done, total)`` is called after each chunk.
     """
     from training.rollout import start_rollout
 
@@ -40,7 +42,7 @@ def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, ru
         chunk = problems[start:start + per_chunk]
         # Submitting chunk i + 1 (generation included) before collecting chunk i keeps the sandbox busy.
         submitted = start_rollout(model, tokenizer, chunk, sampling, runner, generator_seed=seed + start,
-                                  candidates=samples, timeout_s=timeout_s)
+                                  candidates=samples, timeout_s=timeout_s, feedback=feedback)
         if pending is not None:
             done += yield from _results(pending, samples)
             if progress:

@@ -54,6 +54,10 @@ class CandidateRecord:
     """Reward-hacking flags carried by any of its executions (sandbox/flags.py vocabulary)."""
     penalized_flags: tuple[str, ...] = ()
     """Those of ``flags`` named by ``reward.penalize_flags``: they set ``reward`` to 0."""
+    turns: list[dict] | None = None
+    """Multi-turn repair (``sampling.turns > 1``): every turn, ``{reply, code, feedback, result, reward,
+    rewards, truncated, flags}`` (``feedback``: the message the model was sent after that turn, null on
+    the last); the record's own fields are the last turn's. None for a one-turn candidate."""
 
     def event_dict(self) -> dict:
         out = {"code": self.code, "reward": self.reward, "rewards": self.rewards, "result": self.result,
@@ -62,7 +66,18 @@ class CandidateRecord:
             out["overlong_penalty"] = self.overlong_penalty
         if self.penalized_flags:
             out["penalized_flags"] = list(self.penalized_flags)
+        if self.turns is not None:
+            out["turns"] = self.turns
         return out
+
+    @property
+    def turn_rewards(self) -> list[float]:
+        """Each turn's reward, in order (one entry for a one-turn candidate)."""
+        return [t["reward"] for t in self.turns] if self.turns else [self.reward]
+
+    @property
+    def passed_first_turn(self) -> bool:
+        return self.turns[0]["result"].get("status") == "passed" if self.turns else self.passed
 
 
 @dataclass
@@ -152,7 +167,8 @@ def start_rollout(
     overlong: Any = None,
     penalize_flags: Sequence[str] = (),
     candidates: int | None = None,
-) -> PendingRollout:
+    feedback: Any = None,
+) -> Any:
     """Generate ``candidates_per_problem`` completions per problem and submit their executions.
 
     ``engine`` is a generation engine (training/engines/; a model is sampled by the ``hf`` engine with
@@ -161,12 +177,22 @@ def start_rollout(
     once, so executions overlap generation.
     ``overlong`` is the run's ``OverlongConfig`` (None: truncated candidates are scored as they are).
     ``candidates`` overrides K (the difficulty probe samples its own count, one included).
+    With ``sampling.turns > 1`` each candidate is a repair trajectory (training/turns.py; ``feedback`` is
+    the run's ``FeedbackConfig``, None: its defaults) and the result a ``turns.PendingTrajectories``,
+    which offers the same ``batch`` and ``finish()``.
     """
     from sandbox import Candidate
     from training.engines import as_engine, merge_pieces
 
     engine = as_engine(engine, tokenizer, chunks)
     k = sampling.candidates_per_problem if candidates is None else candidates
+    if getattr(sampling, "turns", 1) > 1:
+        from training.turns import start_trajectories
+
+        return start_trajectories(engine, tokenizer, problems, sampling, runner, k=k, generator_seed=generator_seed,
+                                  repeats=repeats, feedback=feedback,
+                                  score_args={"weights": weights, "normalize": normalize, "timeout_s": timeout_s,
+                                              "overlong": overlong, "penalize_flags": tuple(penalize_flags)})
     thinking = bool(getattr(sampling, "thinking", False))
     prompts = [build_prompt(p, tokenizer, sampling.prompt_style, thinking) for p in problems]
     problem_map = {p.id: p for p in problems}
@@ -237,28 +263,56 @@ def score_rollout(
         ref_len = R.code_length(ref) if ref else R.group_median_length([codes[i] for i in group])
         limit = timeout_s if timeout_s is not None else problem.time_limit_s
         for i in group:
-            contexts = [
-                R.RewardContext(code=codes[i], result=res, text=batch.texts[i], prompt_style=prompt_style,
-                                kind=problem.kind, entry_point=problem.entry_point, time_limit_s=limit,
-                                reference_length=ref_len)
-                for res in results[i]
-            ]
-            score = R.score_candidate(contexts, weights, normalize)
-            penalty = (R.overlong_penalty(len(batch.completion_ids[i]), max_new_tokens, overlong.buffer_tokens)
-                       if soft else 0.0)
-            first = results[i][0]
-            carried = tuple(dict.fromkeys(f for res in results[i] for f in (res.get("flags") or ())))
-            penalized = tuple(R.penalized_flags(results[i], penalize_flags))
-            total = R.total_reward(score.total, penalty, penalized)
+            scored = score_execution(problem, codes[i], batch.texts[i], results[i], len(batch.completion_ids[i]),
+                                     weights=weights, normalize=normalize, time_limit_s=limit,
+                                     reference_length=ref_len, prompt_style=prompt_style,
+                                     overlong=overlong if soft else None, max_new_tokens=max_new_tokens,
+                                     penalize_flags=penalize_flags)
             records.append(CandidateRecord(
-                problem_id=problem.id, group=g, text=batch.texts[i], code=codes[i], result=first,
-                rewards=score.rewards, reward=total, passed=first.get("status") == "passed",
-                truncated=truncated[i], overlong_penalty=penalty, flags=carried, penalized_flags=penalized))
-            totals.append(total)
+                problem_id=problem.id, group=g, text=batch.texts[i], code=codes[i], result=results[i][0],
+                rewards=scored.rewards, reward=scored.reward, passed=scored.passed,
+                truncated=truncated[i], overlong_penalty=scored.overlong_penalty, flags=scored.flags,
+                penalized_flags=scored.penalized_flags))
+            totals.append(scored.reward)
     rewards = torch.tensor(totals, dtype=torch.float32).view(len(problems), group_size)  # (P, K)
     return Rollout(problems=list(problems), candidates=records, batch=batch, rewards=rewards,
                    generated_tokens=batch.num_generated_tokens, time_generate_s=time_generate_s,
                    time_sandbox_s=time_sandbox_s)
+
+
+@dataclass
+class ExecutionScore:
+    """One attempt's rewards (a one-turn candidate, or one turn of a trajectory)."""
+
+    rewards: dict[str, float]
+    reward: float
+    """Total: the combined dimensions plus the overlong penalty, or 0 with a penalized flag."""
+    passed: bool
+    overlong_penalty: float
+    flags: tuple[str, ...]
+    penalized_flags: tuple[str, ...]
+
+
+def score_execution(problem: Any, code: str, text: str, results: Sequence[dict], num_tokens: int, *,
+                    weights: Mapping[str, float], normalize: bool, time_limit_s: float,
+                    reference_length: float | None, prompt_style: str, overlong: Any, max_new_tokens: int | None,
+                    penalize_flags: Sequence[str]) -> ExecutionScore:
+    """The rewards of one attempt from its executions (``repeats``: averaged). ``overlong`` is the
+    ``OverlongConfig`` when its soft length penalty applies (None: no penalty); ``num_tokens`` the
+    attempt's sampled tokens."""
+    contexts = [
+        R.RewardContext(code=code, result=res, text=text, prompt_style=prompt_style, kind=problem.kind,
+                        entry_point=problem.entry_point, time_limit_s=time_limit_s,
+                        reference_length=reference_length)
+        for res in results
+    ]
+    score = R.score_candidate(contexts, weights, normalize)
+    penalty = R.overlong_penalty(num_tokens, max_new_tokens, overlong.buffer_tokens) if overlong is not None else 0.0
+    carried = tuple(dict.fromkeys(f for res in results for f in (res.get("flags") or ())))
+    penalized = tuple(R.penalized_flags(results, penalize_flags))
+    return ExecutionScore(rewards=score.rewards, reward=R.total_reward(score.total, penalty, penalized),
+                          passed=results[0].get("status") == "passed", overlong_penalty=penalty, flags=carried,
+                          penalized_flags=penalized)
 
 
 def score_samples(problems: Sequence[Any], batch: GenerationBatch, results: Sequence[Any], *, group_size: int,

@@ -47,7 +47,8 @@ import torch
 
 from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
-from training.advantages import clip_advantages, compute_advantages, zero_variance_groups
+from training.advantages import (clip_advantages, compute_advantages, token_advantages, turn_advantages,
+                                 zero_variance_groups)
 from training.config import RunConfig, config_to_dict
 from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
 from training.engines import make_engine
@@ -58,6 +59,7 @@ from training.policy import (fused_lora, load_policy, sequence_logprobs, shared_
                              shared_prompts_supported)
 from training.rewards import DIMENSIONS
 from training.rollout import Rollout, pick_problems, start_rollout
+from training.turns import turn_metrics
 from training.runtime import describe as describe_runtime
 
 
@@ -268,8 +270,11 @@ class Trainer:
         else:
             # Advantages: per group, zero-variance groups counted (and maybe dropped), then clipped.
             tensors, ref_logprobs, old_logprobs, kl_coef, _ = passes
-            advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
-            advantages = clip_advantages(advantages, cfg.reward.clip)  # (P, K)
+            if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":  # per turn: one value per token
+                advantages = _discounted_advantages(cfg, rollout, tensors["token_turns"])  # (N, C)
+            else:
+                advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+                advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
             zero_var = zero_variance_groups(rollout.rewards)  # (P,)
             k = cfg.sampling.candidates_per_problem
             keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
@@ -277,7 +282,7 @@ class Trainer:
             if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
                 keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
             with self.threads.idle():  # the sandbox is done: the update gets every core
-                update = self._update(tensors, advantages.flatten().to(acc.device), keep.to(acc.device),
+                update = self._update(tensors, advantages.to(acc.device), keep.to(acc.device),
                                       old_logprobs, ref_logprobs, kl_coef, step)
             if self.engine.name != "hf":  # the next step samples the updated policy (hf samples it in place)
                 t_sync = time.monotonic()
@@ -293,6 +298,8 @@ class Trainer:
         # Metrics and problem events cover every sampled group (all rounds): what the policy did.
         zero_var = zero_variance_groups(sampled.rewards)  # (P_sampled,)
         metrics = _rollout_metrics(sampled, zero_var)
+        if cfg.sampling.turns > 1:
+            metrics.update(turn_metrics(sampled.candidates, cfg.sampling.turns))
         metrics.update(update)
         metrics.update({
             "lr": lr, "kl_coef": cfg.ppo.kl_coef * cfg.schedule.kl_factor(step - 1),
@@ -319,7 +326,8 @@ class Trainer:
             self.engine, self.tokenizer, problems, cfg.sampling,
             _Submitter(self.runner, self._executor()), generator_seed=generator_seed, repeats=cfg.reward.repeats,
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
-            timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags)
+            timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
+            feedback=cfg.feedback)
 
     def _roll(self, indices: list[int], step: int, round_: int) -> Rollout | None:
         """One dynamic-sampling round: roll out and score ``indices``; None when a stop was requested."""
@@ -402,13 +410,17 @@ class Trainer:
                 old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None, kl_coef: float, mb_size: int,
                 gen: torch.Generator, params: list, mismatch: "_Mismatch") -> tuple[dict[str, float], int, float, float]:
         """The optimizer steps of ``_update``: PPO epochs x minibatches x micro-batches. In the first
-        epoch every row is seen once: its old-policy log-probs are compared with the sampler's."""
+        epoch every row is seen once: its old-policy log-probs are compared with the sampler's.
+        ``advantages`` is (N,) per sequence, or (N, C) per token (``reward.turns: discounted``); a
+        multi-turn batch's ``loss_mask`` keeps the feedback tokens out of the loss, KL, entropy and
+        mismatch (they still condition the model's later tokens)."""
         cfg, acc = self.config.ppo, self.accelerator
         n = index.numel()
         sums: dict[str, float] = defaultdict(float)
         updates = 0
         ent_sum, ent_tokens = 0.0, 0.0
-        completion_mask = tensors["completion_mask"]
+        loss_mask = tensors.get("loss_mask")  # (N, C) or None
+        completion_mask = tensors["completion_mask"] if loss_mask is None else loss_mask
         sampler_logprobs = tensors.get("sampler_logprobs")  # (N, C) or None
         for epoch in range(cfg.epochs_per_batch):
             order = index[torch.randperm(n, generator=gen).to(index.device)] if mb_size < n else index
@@ -421,6 +433,9 @@ class Trainer:
                     with sync:
                         logp, entropy, cmask, width = self._micro_logprobs(
                             self.model, tensors, idx, with_entropy=epoch == 0)  # (b, C')
+                        if loss_mask is not None:
+                            cmask = loss_mask[idx, :width]  # (b, C') the model's own tokens
+                        adv = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
                         old = logp.detach() if old_logprobs is None else old_logprobs[idx, :width]
                         ref = None if ref_logprobs is None else ref_logprobs[idx, :width]
                         sampled = None if sampler_logprobs is None else sampler_logprobs[idx, :width]
@@ -429,7 +444,7 @@ class Trainer:
                         weights = (tis_weights(old, sampled, cfg.tis_cap)
                                    if cfg.tis_cap is not None and sampled is not None else None)
                         loss, metrics = ppo_loss(
-                            logp, old, advantages[idx], cmask, ref_logprobs=ref, clip_range=cfg.clip_range,
+                            logp, old, adv, cmask, ref_logprobs=ref, clip_range=cfg.clip_range,
                             clip_range_high=cfg.clip_range_high, dual_clip=cfg.dual_clip, kl_coef=kl_coef,
                             kl_estimator=cfg.kl_estimator, aggregation=cfg.loss_aggregation,
                             num_tokens=num_tokens, num_seqs=mb.numel(), token_weights=weights)
@@ -459,8 +474,11 @@ class Trainer:
             # problem events, so the web app can show what a held-out problem's samples did.
             report = evaluate(self.engine, self.tokenizer, self.heldout_problems, self.config.sampling, samples=n,
                               ks=list(range(1, n + 1)), runner=self.runner, record=True,
-                              reward=self.config.reward, timeout_s=self.config.sandbox.timeout_s)
+                              reward=self.config.reward, timeout_s=self.config.sandbox.timeout_s,
+                              feedback=self.config.feedback)
             extra = {"per_problem": report["per_problem"]} if "per_problem" in report else {}
+            if "pass@1/turn1" in report:
+                extra["pass@1/turn1"] = report["pass@1/turn1"]
             self.events.eval(step, "heldout", report["pass@1"], report.get("pass@k", {}), **extra)
         self.accelerator.wait_for_everyone()
 
@@ -519,6 +537,11 @@ class Trainer:
             max_prompt = max(len(self.tokenizer(build_prompt(p, self.tokenizer, cfg.sampling.prompt_style,
                                                              thinking))["input_ids"])
                              for p in self.train_problems + self.heldout_problems)
+            if cfg.sampling.turns > 1:  # a later turn's prompt holds the earlier replies and feedback
+                from training.turns import feedback_token_budget
+
+                max_prompt += (cfg.sampling.turns - 1) * (cfg.sampling.max_new_tokens
+                                                          + feedback_token_budget(cfg.feedback, cfg.sampling))
         log = (lambda line: print(line, file=sys.stderr, flush=True)) if self.accelerator.is_main_process else None
         return make_engine(cfg, self.accelerator.unwrap_model(self.model), self.tokenizer, run_dir=self.out_dir,
                            chunks=self.rollout_chunks, stop=self.stop.requested, log=log, max_prompt_tokens=max_prompt)
@@ -688,6 +711,19 @@ def _shared_micro_batch(tensors: dict, idx: torch.Tensor) -> tuple[torch.Tensor,
     return prompt_ids[:, start:], prompt_mask[:, start:], group, completion_ids, cmask[:, :width], width
 
 
+def _discounted_advantages(cfg: RunConfig, rollout: Rollout, token_turns: torch.Tensor) -> torch.Tensor:
+    """``reward.turns: discounted``: each token's advantage from its turn's return, over the group's
+    pool of turn returns (``turn_advantages``), clipped as ``reward.clip`` says. -> (N, C)"""
+    k = cfg.sampling.candidates_per_problem
+    cands = rollout.candidates
+    groups = [[c.turn_rewards for c in cands[g * k:(g + 1) * k]] for g in range(len(rollout.problems))]
+    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount)
+                for adv in group]
+    if cfg.reward.clip is not None:
+        per_turn = [[max(-cfg.reward.clip, min(cfg.reward.clip, a)) for a in adv] for adv in per_turn]
+    return token_advantages(per_turn, token_turns.cpu())  # (N, C)
+
+
 def _no_update() -> dict[str, float]:
     """The update metrics of a step that made no optimizer step (no group to learn from)."""
     return {"loss/policy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "entropy": 0.0, "approx_kl": 0.0,
@@ -719,6 +755,8 @@ def _problem_events(rollout: Rollout, zero_var: torch.Tensor) -> list[dict]:
         group = [c for c in rollout.candidates if c.group == g]
         out.append({"problem_id": problem.id, "pass_rate": sum(c.passed for c in group) / max(len(group), 1),
                     "zero_variance": bool(zero_var[g]), "candidates": [c.event_dict() for c in group]})
+        if any(c.turns is not None for c in group):  # multi-turn: the share passing at their first turn too
+            out[-1]["pass_rate_turn1"] = sum(c.passed_first_turn for c in group) / max(len(group), 1)
     return out
 
 

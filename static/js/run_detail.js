@@ -20,12 +20,21 @@
   // label: legend name for a metric key; y: axis title and tick format; total: the key drawn thicker.
   var CHARTS = [
     {id: "chart-reward", title: "Reward: total and each dimension", y: {title: {text: "mean reward"}},
-     keys: function (k) { return k.indexOf("reward/") === 0 && k !== "reward/std"; }, total: "reward/mean",
+     keys: function (k) { return k.indexOf("reward/") === 0 && k !== "reward/std" && !/^reward\/turn\d+$/.test(k); },
+     total: "reward/mean",
      label: function (k) { return k === "reward/mean" ? "total (weighted)" : k.slice(7).replace(/_/g, " "); }},
     {id: "chart-pass", title: "Pass rate (train rollouts, held-out eval)", evals: true,
      y: {title: {text: "pass rate"}, tickformat: ".0%", range: [0, 1.02]},
      keys: function (k) { return k === "pass@1/train" || k === "reward/pass_rate"; },
      label: function (k) { return k === "pass@1/train" ? "train: all tests pass" : "train: tests passed"; }},
+    // Multi-turn repair (sampling.turns > 1; the chart exists only on such runs' pages).
+    {id: "chart-repair", title: "Repair: first turn vs after every turn", evals: true, evalKey: "pass@1/turn1",
+     y: {title: {text: "share / mean reward"}, range: [0, 1.02]},
+     keys: function (k) { return k === "pass@1/turn1" || k === "pass@1/final" || k === "repair/rate" || /^reward\/turn\d+$/.test(k); },
+     label: function (k) {
+       return {"pass@1/turn1": "train: pass at turn 1", "pass@1/final": "train: pass by the last turn",
+               "repair/rate": "repaired (of those failing turn 1)"}[k] || "reward of turn " + k.slice(11);
+     }},
     {id: "chart-kl", title: "KL to the reference model", y: {title: {text: "KL (nats/token)"}, rangemode: "tozero"},
      keys: function (k) { return k === "kl"; }, label: function () { return "KL"; }},
     {id: "chart-loss", title: "Loss: policy and KL terms", y: {title: {text: "loss"}},
@@ -141,6 +150,7 @@
     var maxStep = steps.length ? steps[steps.length - 1] : 1;
     var folded = [];
     CHARTS.forEach(function (chart) {
+      if (!document.getElementById(chart.id)) return;  // a chart this run's page does not have
       var keys = Array.from(allKeys).filter(chart.keys).sort(function (a, b) {
         return (b === chart.total) - (a === chart.total) || (a < b ? -1 : 1);  // the total first
       });
@@ -172,6 +182,13 @@
           traces.push({x: byStep.map(function (e) { return xOf(e.step, t0); }), y: byStep.map(function (e) { return e["pass@1"]; }),
                        name: "held-out pass@1", mode: "lines+markers", type: "scatter", line: {width: 3, color: "#15803d"},
                        hovertemplate: "%{y:.0%}<extra>held-out pass@1</extra>"});
+        }
+        var turn1 = byStep.filter(function (e) { return typeof e["pass@1/turn1"] === "number" && !(logY && e["pass@1/turn1"] <= 0); });
+        if (chart.evalKey && turn1.length) {
+          traces.push({x: turn1.map(function (e) { return xOf(e.step, t0); }), y: turn1.map(function (e) { return e["pass@1/turn1"]; }),
+                       name: "held-out pass@1 at turn 1", mode: "lines+markers", type: "scatter",
+                       line: {width: 2, dash: "dot", color: "#15803d"},
+                       hovertemplate: "%{y:.0%}<extra>held-out pass@1 at turn 1</extra>"});
         }
       }
       var el = document.getElementById(chart.id);
@@ -393,6 +410,13 @@
       [p.problem_id, p.split, Math.round(p.pass_rate * 100) + "%"].forEach(function (text) {
         var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       });
+      if (typeof p.pass_rate_turn1 === "number") {  // multi-turn: how many passed at their first turn
+        var turn1 = document.createElement("span");
+        turn1.className = "muted small turn1-rate";
+        turn1.title = "passing at their first turn (the rate before it counts those repaired by a later turn)";
+        turn1.textContent = " (turn 1: " + Math.round(p.pass_rate_turn1 * 100) + "%)";
+        tr.children[2].appendChild(turn1);
+      }
       var change = document.createElement("td");
       change.className = "nowrap";
       if (p.history.length) {
@@ -593,6 +617,7 @@
         p.history = p.history.filter(function (h) { return h[0] !== ev.step; }).concat([[ev.step, ev.pass_rate]])
           .sort(function (a, b) { return a[0] - b[0]; });
         p.pass_rate = p.history[p.history.length - 1][1];
+        if (p.history[p.history.length - 1][0] === ev.step) p.pass_rate_turn1 = ev.pass_rate_turn1;
         if (ev.zero_variance) p.zero_variance_groups += 1;
         problems.set(ev.problem_id, p);
         (ev.candidates || []).forEach(function (c) {
@@ -612,6 +637,7 @@
           q.history = q.history.filter(function (h) { return h[0] !== ev.step; })
             .concat([[ev.step, ev.per_problem[id]["pass@1"]]]).sort(function (a, b) { return a[0] - b[0]; });
           q.pass_rate = q.history[q.history.length - 1][1];
+          q.pass_rate_turn1 = ev.per_problem[id]["pass@1/turn1"];
           problems.set(id, q);
         });
         if (ev.per_problem) scheduleProblems();
@@ -620,7 +646,8 @@
           loadCandidates(openProblem, openStatus, openFlag, null, openStep);
         }
         evals = evals.filter(function (e) { return !(e.step === ev.step && e.split === ev.split); });
-        evals.push({step: ev.step, split: ev.split, "pass@1": ev["pass@1"], "pass@k": ev["pass@k"]});
+        evals.push({step: ev.step, split: ev.split, "pass@1": ev["pass@1"], "pass@k": ev["pass@k"],
+                    "pass@1/turn1": ev["pass@1/turn1"]});
         drawHeadline(); scheduleDraw();
         break;
       case "checkpoint":

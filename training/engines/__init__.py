@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "EngineError", "Piece", "as_engine", "collect", "make_engine", "merge_pieces"]
 
 
-def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> GenerationBatch:
+def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None,
+            prompt_ids: Sequence[Sequence[int]] | None = None) -> GenerationBatch:
     """A whole ``stream`` call as one batch in slot order (grouped by prompt, as ``generate`` returns)."""
-    return merge_pieces(list(engine.stream(prompts, sampling, n=n, seed=seed)), prompts)
+    extra = {} if prompt_ids is None else {"prompt_ids": prompt_ids}
+    return merge_pieces(list(engine.stream(prompts, sampling, n=n, seed=seed, **extra)), prompts)
 
 
 def merge_pieces(pieces: Sequence[Piece], prompts: Sequence[str]) -> GenerationBatch:

@@ -20,8 +20,12 @@ class EngineError(RuntimeError):
 class Engine(Protocol):
     name: str
 
-    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
-        """Sample ``n`` completions of every prompt; yield pieces as they finish (all slots, once each)."""
+    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None,
+               prompt_ids: Sequence[Sequence[int]] | None = None) -> Iterator[Piece]:
+        """Sample ``n`` completions of every prompt; yield pieces as they finish (all slots, once each).
+
+        ``prompt_ids`` (one id list per prompt): condition on exactly these tokens instead of tokenising
+        ``prompts`` (a multi-turn trajectory: earlier turns and the feedback appended as ids)."""
         ...
 
     def sync(self, model: Any) -> None:

@@ -24,14 +24,16 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.chunks = max(1, chunks)
 
-    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
+    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None,
+               prompt_ids: Sequence[Sequence[int]] | None = None) -> Iterator[Piece]:
         chunks = max(1, min(self.chunks, len(prompts)))
         bounds = [round(i * len(prompts) / chunks) for i in range(chunks + 1)]
         for c in range(chunks):
             lo, hi = bounds[c], bounds[c + 1]
+            extra = {} if prompt_ids is None else {"prompt_ids": prompt_ids[lo:hi]}
             with generation_mode(self.model) as sampler:
                 batch = generation.generate(sampler, self.tokenizer, prompts[lo:hi], sampling, num_return_sequences=n,
-                                            generator_seed=None if seed is None else seed + c)
+                                            generator_seed=None if seed is None else seed + c, **extra)
             batch.prompt_index = [lo + i for i in batch.prompt_index]
             yield list(range(lo * n, hi * n)), batch
 

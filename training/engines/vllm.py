@@ -59,8 +59,9 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------------------------ sampling
 
-    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None) -> Iterator[Piece]:
-        encoded = encode_prompts(self.tokenizer, prompts, sampling)
+    def stream(self, prompts: Sequence[str], sampling: Any, *, n: int, seed: int | None,
+               prompt_ids: Sequence[Sequence[int]] | None = None) -> Iterator[Piece]:
+        encoded = encode_prompts(self.tokenizer, prompts, sampling, prompt_ids=prompt_ids)
         stops = list(sampling.stop_strings)
         eos = set(self.eos_ids)
         futures = {}

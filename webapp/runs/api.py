@@ -113,6 +113,8 @@ class ProblemOut(Schema):
     pass_rate: float
     history: list[tuple[int, float]] = Field(description="[[step, pass_rate], ...] by step")
     zero_variance_groups: int
+    pass_rate_turn1: float | None = Field(None, description="multi-turn runs: the latest pass rate counting "
+                                                            "first turns only; null for a one-turn run")
 
 
 class MapProblemOut(Schema):
@@ -160,6 +162,11 @@ class CandidateOut(Schema):
                                                     "(every candidate got one reward) or surplus (dynamic sampling "
                                                     "already had problems_per_step informative groups)")
     result: dict[str, Any]
+    turns: list[dict[str, Any]] = Field([], description="multi-turn repair (sampling.turns > 1): every turn, "
+                                                        "{reply, code, feedback, result, reward, rewards, truncated, "
+                                                        "flags}, the feedback being what the model was told after "
+                                                        "that turn; the candidate's own fields are the last turn's; "
+                                                        "empty for a one-turn candidate")
 
 
 class CheckpointOut(Schema):

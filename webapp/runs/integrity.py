@@ -122,10 +122,20 @@ def names_of(value) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
+def carried_flags(candidate: dict) -> list[str]:
+    """The flags of a ``queries.candidates`` row: its result's, and, for a repair trajectory, every turn's
+    (a turn that hard-codes what the feedback showed is flagged even when the last turn is clean)."""
+    names = names_of(candidate["result"].get("flags"))
+    for turn in candidate.get("turns") or ():
+        if isinstance(turn, dict):
+            names += names_of(turn.get("flags"))
+    return list(dict.fromkeys(names))
+
+
 def flag_counts(candidates: list[dict]) -> dict[str, int]:
-    """How many of ``candidates`` (``queries.candidates`` rows) carry each flag in their result,
+    """How many of ``candidates`` (``queries.candidates`` rows) carry each flag (``carried_flags``),
     vocabulary order, flags that none carries left out: the viewer's flag filter."""
-    carried = [set(names_of(c["result"].get("flags"))) for c in candidates]
+    carried = [set(carried_flags(c)) for c in candidates]
     counts = {name: sum(name in flags for flags in carried) for name in VOCABULARY}
     return {name: n for name, n in counts.items() if n}
 

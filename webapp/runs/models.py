@@ -187,6 +187,8 @@ class ProblemStat(models.Model):
     set_aside_steps = models.JSONField(default=list, blank=True, help_text="steps whose group was sampled but "
                                        "left out of the update (dynamic sampling, drop_zero_variance_groups)")
     last_step = models.IntegerField(default=0)
+    pass_rate_turn1 = models.FloatField(null=True, blank=True, help_text="multi-turn runs (sampling.turns > 1): "
+                                        "like pass_rate, counting only first turns; null for a one-turn run")
 
     class Meta:
         ordering = ["problem_id"]
@@ -221,6 +223,9 @@ class Candidate(models.Model):
                                        "it carries (in any execution): they set its total reward to 0")
     set_aside = models.CharField(max_length=20, blank=True, default="", help_text="why its group was left out "
                                  "of the update (zero_variance, surplus); empty when the update used it")
+    turns = models.JSONField(default=list, blank=True, help_text="multi-turn repair: every turn, {reply, code, "
+                             "feedback, result, reward, rewards, truncated, flags}; the row's own fields are the "
+                             "last turn's; empty for a one-turn candidate")
 
     class Meta:
         ordering = ["step", "index"]
@@ -232,6 +237,8 @@ class Eval(models.Model):
     step = models.IntegerField()
     split = models.CharField(max_length=20, default="heldout")
     pass_at_1 = models.FloatField(null=True, blank=True)
+    pass_at_1_turn1 = models.FloatField(null=True, blank=True, help_text="multi-turn runs: pass@1 of the first "
+                                        "turns alone (pass_at_1 counts a sample passing by its last turn)")
     pass_at_k = models.JSONField(default=dict)
     time = models.FloatField(null=True, blank=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
 
@@ -92,6 +92,7 @@ def run_list_item(run: Run) -> dict:
 
 def evals(run: Run) -> list[dict]:
     return [{"step": e.step, "split": e.split, "pass@1": e.pass_at_1, "pass@k": e.pass_at_k}
+            | ({"pass@1/turn1": e.pass_at_1_turn1} if e.pass_at_1_turn1 is not None else {})
             for e in Eval.objects.filter(run=run).order_by("step", "id")]
 
 
@@ -101,9 +102,10 @@ def metrics(run: Run) -> list[dict]:
 
 
 def problems(run: Run) -> list[dict]:
-    return [{"problem_id": pid, "split": split, "pass_rate": rate, "history": history, "zero_variance_groups": zv}
-            for pid, split, rate, history, zv in ProblemStat.objects.filter(run=run).order_by("problem_id")
-            .values_list("problem_id", "split", "pass_rate", "history", "zero_variance_groups")]
+    return [{"problem_id": pid, "split": split, "pass_rate": rate, "history": history, "zero_variance_groups": zv,
+             "pass_rate_turn1": turn1}
+            for pid, split, rate, history, zv, turn1 in ProblemStat.objects.filter(run=run).order_by("problem_id")
+            .values_list("problem_id", "split", "pass_rate", "history", "zero_variance_groups", "pass_rate_turn1")]
 
 
 MAP_STATUSES = ("became_solved", "never_solved", "solved_from_start")
@@ -163,10 +165,11 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
     if step is not None:
         qs = qs.filter(step=step)
     if flag is not None and connection.features.supports_json_field_contains:
-        qs = qs.filter(result__flags__contains=[flag])
+        qs = qs.filter(Q(result__flags__contains=[flag]) | Q(turns__contains=[{"flags": [flag]}]))
     out = []
     for c in qs.order_by("-step", "index"):
-        if flag is not None and flag not in (c.result.get("flags") or ()):
+        turn_flags = [f for t in (c.turns or ()) if isinstance(t, dict) for f in (t.get("flags") or ())]
+        if flag is not None and flag not in (c.result.get("flags") or ()) and flag not in turn_flags:
             continue  # SQLite has no JSON containment: the database kept them all
         result = dict(c.result)
         result["tests"] = complete_tests(result)
@@ -175,7 +178,7 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
                     "outcome": OUTCOME_LABELS.get(c.status, c.status or "unknown"),
                     "truncated": c.truncated, "overlong_penalty": c.overlong_penalty,
                     "penalized_flags": c.penalized_flags, "used": not c.set_aside,
-                    "set_aside": c.set_aside or None, "result": result})
+                    "set_aside": c.set_aside or None, "result": result, "turns": c.turns or []})
     return out
 
 
@@ -230,7 +233,9 @@ def metrics_json(run: Run) -> str:
 
 def problems_json(run: Run) -> str:
     rows = (ProblemStat.objects.filter(run=run).order_by("problem_id")
-            .values_list("problem_id", "split", "pass_rate", _raw("history"), "zero_variance_groups"))
+            .values_list("problem_id", "split", "pass_rate", _raw("history"), "zero_variance_groups",
+                         "pass_rate_turn1"))
     return "[" + ",".join(
         f'{{"problem_id":{json.dumps(pid)},"split":{json.dumps(split)},"pass_rate":{json.dumps(rate)},'
-        f'"history":{history},"zero_variance_groups":{zv}}}' for pid, split, rate, history, zv in rows) + "]"
+        f'"history":{history},"zero_variance_groups":{zv},"pass_rate_turn1":{json.dumps(turn1)}}}'
+        for pid, split, rate, history, zv, turn1 in rows) + "]"

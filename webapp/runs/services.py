@@ -333,7 +333,8 @@ def _apply(run: Run, kind: str, step: int | None, event: dict) -> None:
     elif kind == "eval" and step is not None:
         split = str(event.get("split") or "heldout")
         Eval.objects.update_or_create(run=run, step=step, split=split, defaults={
-            "pass_at_1": event.get("pass@1"), "pass_at_k": event.get("pass@k") or {}, "time": event.get("time")})
+            "pass_at_1": event.get("pass@1"), "pass_at_1_turn1": _number(event.get("pass@1/turn1")),
+            "pass_at_k": event.get("pass@k") or {}, "time": event.get("time")})
         if isinstance(event.get("per_problem"), dict):
             _apply_eval_problems(run, step, split, event["per_problem"])
     elif kind == "checkpoint" and isinstance(event.get("path"), str):
@@ -362,7 +363,8 @@ def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> 
         stat.pass_rate = stat.history[-1][1]
         stat.last_step = max(stat.last_step, step)
         stat.split = split
-        stat.save(update_fields=["history", "pass_rate", "last_step", "split"])
+        stat.pass_rate_turn1 = _number(result.get("pass@1/turn1"))
+        stat.save(update_fields=["history", "pass_rate", "last_step", "split", "pass_rate_turn1"])
 
 
 def _apply_problem(run: Run, step: int, event: dict) -> None:
@@ -389,6 +391,8 @@ def _apply_problem(run: Run, step: int, event: dict) -> None:
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
     stat.set_aside_steps = sorted([s for s in stat.set_aside_steps if s != step] + ([step] if set_aside else []))
     stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
+    if stat.last_step == step:
+        stat.pass_rate_turn1 = _number(event.get("pass_rate_turn1"))
     stat.save()
 
 
@@ -408,8 +412,19 @@ def _candidate_rows(run: Run, step: int, problem_id: str, candidates: list, phas
                               result=result, passed=status == "passed",
                               status=status[:20], truncated=c.get("truncated") is True,
                               overlong_penalty=_number(c.get("overlong_penalty")),
-                              penalized_flags=_names(c.get("penalized_flags")), set_aside=set_aside))
+                              penalized_flags=_names(c.get("penalized_flags")), set_aside=set_aside,
+                              turns=_turns(c.get("turns"))))
     return rows
+
+
+TURN_KEYS = ("reply", "code", "feedback", "result", "reward", "rewards", "truncated", "flags")
+
+
+def _turns(value) -> list[dict]:
+    """A multi-turn candidate's turns as the trainer wrote them (only the documented keys); [] otherwise."""
+    if not isinstance(value, list) or len(value) < 2:
+        return []
+    return [{k: t[k] for k in TURN_KEYS if k in t} for t in value if isinstance(t, dict)]
 
 
 def _number(value) -> float | None:

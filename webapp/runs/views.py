@@ -25,6 +25,7 @@ from .archive import config_yaml
 from .forms import RunForm, flatten
 from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
+from .trajectory import turn_views
 from .services import merge_config, default_config
 
 
@@ -188,8 +189,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "run_id": run.pk,
         "integrity": integrity.panel(run),
-        "whatif": rescore.panel_context(run),
+        "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
     })
+
+
+def _turns_of(config: dict) -> int:
+    """``sampling.turns`` of a stored config (runs stored before it existed had one turn)."""
+    turns = ((config or {}).get("sampling") or {}).get("turns", 1)
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) else 1
 
 
 @require_GET
@@ -279,6 +286,14 @@ def _config_summary(config: dict) -> list[tuple[str, str]]:
                 f"clip {p['clip_range']:g}" + (f", TIS cap {p['tis_cap']:g}" if p.get("tis_cap") is not None else "")),
         ("reward weights", ", ".join(f"{k} {v:g}" for k, v in config["reward"]["weights"].items())),
     ]
+    if _turns_of(config) > 1:
+        reward = config["reward"]
+        credit = ("the last turn's reward for every token" if reward.get("turns", "final") == "final" else
+                  f"discounted per turn (γ {reward.get('turn_discount', 0.4):g})")
+        fb = config.get("feedback") or {}
+        rows.append(("repair turns", f"up to {_turns_of(config)} turns; credit: {credit}; feedback: "
+                                     f"{fb.get('tests_shown', 3)} failing tests, {fb.get('stderr_chars', 2000)} "
+                                     f"characters of stderr"))
     if overlong.get("mode", "none") != "none":
         rows.append(("truncated replies", "left out of the loss" if overlong["mode"] == "mask" else
                      f"soft penalty over the last {overlong.get('buffer_tokens')} tokens"))
@@ -313,14 +328,15 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     step = int_param(request.GET.get("step"))
     listed = queries.candidates(run, problem_id, status=status, step=step, phase=phase)
     flag_counts = integrity.flag_counts(listed)
-    candidates = [c for c in listed if flag in integrity.names_of(c["result"].get("flags"))] if flag else listed
+    candidates = [c for c in listed if flag in integrity.carried_flags(c)] if flag else listed
     shown = candidates[:50]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
-        c["badges"] = integrity.badges(integrity.names_of(c["result"].get("flags")), c["penalized_flags"])
+        c["badges"] = integrity.badges(integrity.carried_flags(c), c["penalized_flags"])
         c["set_aside_text"] = SET_ASIDE_TEXT.get(c["set_aside"], c["set_aside"] or "")
         c["set_aside_label"] = (c["set_aside"] or "").replace("_", " ")
+        c["turn_views"] = turn_views(c["turns"])
     heldout = ProblemStat.objects.filter(run=run, problem_id=problem_id, split="heldout").first()
     evaluations = [(s, round(100 * rate)) for s, rate in heldout.history] if heldout else []
     flag_filters = [{"name": name, "meaning": FLAGS[name], "count": flag_counts.get(name, 0)}

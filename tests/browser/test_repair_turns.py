@@ -1,0 +1,71 @@
+"""A multi-turn repair run's page in a browser: a two-turn candidate opens as its turns one under the
+other (code, what the model was told, the next code and its diff), and the turn metrics are drawn."""
+import pytest
+
+from tests.webapp.runs.conftest import TINY_OVERRIDES, eval_event, make_problem_set, step_event, write_events
+from tests.webapp.runs.test_turns import FEEDBACK, repair_event
+
+from .conftest import login
+
+
+@pytest.fixture
+def repair_run(user, settings, tmp_path):
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    config = {**TINY_OVERRIDES, "sampling": {**TINY_OVERRIDES["sampling"], "prompt_style": "chat", "turns": 2}}
+    run = create_run(user, "repair run", make_problem_set(user), config)
+    run.claim(host="h", pid=1)
+    events = []
+    for s in (1, 2):
+        step = step_event(s)
+        step["metrics"].update({"pass@1/turn1": 0.5, "pass@1/final": 1.0, "repair/rate": 1.0, "turns/mean": 1.5,
+                                "reward/turn1": 0.65, "reward/turn2": 1.0})
+        events += [step, repair_event(s)]
+    evaluation = eval_event(2, 0.75)
+    evaluation["pass@1/turn1"] = 0.5
+    events.append(evaluation)
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    return run
+
+
+def test_a_two_turn_candidate_shows_both_turns_and_the_feedback_between_them(page, live_server_url, repair_run,
+                                                                            output_dir):
+    from tests.browser.test_run_flow import wait_until
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{repair_run.pk}/")
+    row = page.locator("#problems tr[data-problem='HumanEval/0']")
+    assert "(turn 1: 50%)" in row.locator("td").nth(2).inner_text()
+    row.click()
+    page.locator("#candidates a[data-status='']").click()  # every candidate (both passed by the end)
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 4", 10)  # 2 steps x 2
+    candidate = page.locator("#candidates details.candidate").first
+    assert candidate.get_attribute("open") is not None
+    assert "2 turns" in candidate.locator(":scope > summary").inner_text()
+    turns = candidate.locator(".trajectory section.turn")
+    assert turns.count() == 2
+    first, second = turns.nth(0), turns.nth(1)
+    assert "Turn 1" in first.locator("h4").inner_text() and "wrong answer" in first.locator("h4").inner_text()
+    assert "return a - b" in first.inner_text()
+    told = first.locator("pre.feedback")
+    assert told.is_visible() and told.inner_text() == FEEDBACK
+    assert "Turn 2" in second.locator("h4").inner_text() and "passed" in second.locator("h4").inner_text()
+    assert "return a + b" in second.locator(".codehilite, pre").last.inner_text()
+    assert second.locator(".diff-add").inner_text() == "+    return a + b"
+    assert second.locator(".diff-del").inner_text() == "-    return a - b"
+    # Turn 2 sits under turn 1, the feedback between them.
+    y = [el.bounding_box()["y"] for el in (first.locator("h4"), told, second.locator("h4"))]
+    assert y == sorted(y)
+    candidate.screenshot(path=str(output_dir / "repair-trajectory.png"))
+
+    wait_until(page, "document.getElementById('chart-repair').dataset.points === '2'", 10)
+    names = page.evaluate("document.getElementById('chart-repair').data.map(t => t.name)")
+    assert {"train: pass at turn 1", "train: pass by the last turn", "repaired (of those failing turn 1)",
+            "held-out pass@1 at turn 1"} <= set(names)
+    reward_names = page.evaluate("document.getElementById('chart-reward').data.map(t => t.name)")
+    assert not any("turn" in n for n in reward_names)

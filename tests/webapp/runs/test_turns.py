@@ -1,0 +1,95 @@
+"""Multi-turn repair candidates in the web app: their turns stored on the candidate rows and served by
+the candidates API and the inspector, turn-1 pass rates in the per-problem table and evaluations."""
+from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+from .conftest import eval_event, problem_event, result, step_event, write_events
+
+WRONG = "def add0(a, b):\n    return a - b\n"
+RIGHT = "def add0(a, b):\n    return a + b\n"
+FEEDBACK = ("Your program did not pass: wrong answer (1 of 2 tests passed).\n\nFailing tests:\n"
+            "- test 2: `assert add0(2, 2) == 4` -> AssertionError")
+
+
+def repair_event(step, problem_id="HumanEval/0"):
+    """A problem event of a two-turn run: candidate 0 fails, is told why and passes; candidate 1 passes at once."""
+    event = problem_event(step, problem_id, ("passed", "passed"))
+    first = {"reply": f"```python\n{WRONG}```", "code": WRONG, "feedback": FEEDBACK, "result": result("failed"),
+             "reward": 0.3, "rewards": {"pass_rate": 0.5}, "truncated": False, "flags": []}
+    second = {"reply": f"```python\n{RIGHT}```", "code": RIGHT, "feedback": None, "result": result("passed", 2),
+              "reward": 1.0, "rewards": {"pass_rate": 1.0}, "truncated": False, "flags": []}
+    event["candidates"][0]["turns"] = [first, second]
+    event["candidates"][0]["code"] = RIGHT
+    event["candidates"][1]["turns"] = [dict(second, feedback=None)]
+    event["pass_rate_turn1"] = 0.5
+    return event
+
+
+def _ingest(run, events):
+    run.claim(host="h", pid=1)
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+
+
+def test_a_candidates_turns_are_stored_and_served_with_the_feedback_between_them(client_alice, run):
+    _ingest(run, [step_event(1), repair_event(1)])
+    cands = client_alice.get(f"/api/runs/{run.pk}/problems/HumanEval/0/candidates").json()
+    assert [len(c["turns"]) for c in cands] == [2, 0]  # one turn is a one-turn candidate: no turns list
+    first, second = cands[0]["turns"]
+    assert first["code"] == WRONG and first["feedback"] == FEEDBACK and first["result"]["status"] == "failed"
+    assert second["code"] == cands[0]["code"] == RIGHT and second["feedback"] is None
+
+
+def test_the_inspector_shows_each_turn_what_the_model_was_told_and_a_diff(client_alice, run):
+    _ingest(run, [step_event(1), repair_event(1)])
+    html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval/0/candidates?status=passed").content.decode()
+    assert html.count('class="turn"') == 2 and "2 turns" in html
+    assert "What the model was told after turn 1" in html and "assert add0(2, 2) == 4" in html
+    assert '<span class="diff-del">-    return a - b</span>' in html
+    assert '<span class="diff-add">+    return a + b</span>' in html
+
+
+def test_turn_one_pass_rates_reach_the_problem_table_and_the_evaluations(client_alice, run):
+    evaluation = eval_event(0, 0.5, {"add-3": 0.5})
+    evaluation["pass@1/turn1"] = 0.25
+    evaluation["per_problem"]["add-3"]["pass@1/turn1"] = 0.25
+    _ingest(run, [evaluation, step_event(1), repair_event(1)])
+    rows = {p["problem_id"]: p for p in client_alice.get(f"/api/runs/{run.pk}/problems").json()}
+    assert rows["HumanEval/0"]["pass_rate_turn1"] == 0.5 and rows["add-3"]["pass_rate_turn1"] == 0.25
+    detail = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert '"pass@1/turn1": 0.25' in detail and '"pass_rate_turn1":0.5' in detail
+
+
+def test_a_one_turn_runs_page_has_no_repair_chart(client_alice, run):
+    _ingest(run, [step_event(1), problem_event(1)])
+    assert 'id="chart-repair"' not in client_alice.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_the_new_run_form_takes_turns_and_feedback_and_refuses_turns_with_completion_prompts(client_alice,
+                                                                                             problem_set):
+    from webapp.runs.models import Run
+
+    from .test_pages import form_data
+
+    data = form_data(problem_set, **{"sampling.prompt_style": "chat", "sampling.turns": "2",
+                                     "reward.turns": "discounted", "feedback.tests_shown": "1"})
+    assert client_alice.post("/runs/new", data).status_code == 302
+    run = Run.objects.get()
+    assert run.config["sampling"]["turns"] == 2 and run.config["feedback"]["tests_shown"] == 1
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert "up to 2 turns; credit: discounted per turn (γ 0.4)" in html and 'id="chart-repair"' in html
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.turns": "2"}))  # completion style
+    assert "prompt_style: chat" in r.context["form"]["sampling.turns"].errors[0]
+
+
+def test_a_flag_raised_by_an_earlier_turn_is_found_by_the_flag_filter_and_shown_on_that_turn(client_alice, run):
+    event = repair_event(1)
+    event["candidates"][0]["turns"][0]["flags"] = ["hardcoded_outputs"]  # turn 1 hard-coded; turn 2 is clean
+    _ingest(run, [step_event(1), event])
+    listed = client_alice.get(f"/api/runs/{run.pk}/problems/HumanEval/0/candidates?flag=hardcoded_outputs").json()
+    assert [c["index"] for c in listed] == [0]
+    html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval/0/candidates?status=passed"
+                            "&flag=hardcoded_outputs").content.decode()
+    first_turn = html.split('data-turn="1"')[1].split('data-turn="2"')[0]
+    assert "hardcoded_outputs" in first_turn and "hardcoded_outputs (1)" in html  # the filter counts it
