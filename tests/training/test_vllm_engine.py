@@ -212,12 +212,21 @@ def _wait_for(predicate, timeout_s: float = 300.0) -> None:
 
 
 @pytest.fixture
-def run_config(tmp_path, wide_qwen3_5):
+def run_model(tmp_path, wide_qwen3_5) -> Path:
+    """The wide model copied for one test: its path marks that test's vLLM processes alone (the module's
+    ``engine`` fixture serves ``wide_qwen3_5`` itself for the whole module)."""
+    import shutil
+
+    return Path(shutil.copytree(wide_qwen3_5, tmp_path / "model"))
+
+
+@pytest.fixture
+def run_config(tmp_path, run_model):
     problems = tmp_path / "problems.jsonl"
     problems.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
 
     def write(**train) -> Path:
-        cfg = {"model": {"name_or_path": str(wide_qwen3_5)}, "problems": str(problems),
+        cfg = {"model": {"name_or_path": str(run_model)}, "problems": str(problems),
                "sampling": {"problems_per_step": 2, "candidates_per_problem": 4, "max_new_tokens": 16,
                             "engine": "vllm"},
                "ppo": {"learning_rate": 1e-3}, "sandbox": {"workers": 2},
@@ -229,8 +238,8 @@ def run_config(tmp_path, wide_qwen3_5):
 
 
 def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_server(tmp_path, run_config,
-                                                                                      wide_qwen3_5):
-    marker = str(wide_qwen3_5)
+                                                                                      run_model):
+    marker = str(run_model)
     run = tmp_path / "run"
     proc = _run_cli("run", "--config", str(run_config(steps=2)), "--out", str(run), "--no-progress")
     _, err = proc.communicate(timeout=600)
@@ -267,8 +276,8 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill", "stop-while-starting"])
-def test_no_vllm_process_outlives_its_run(tmp_path, run_config, wide_qwen3_5, how):
-    marker = str(wide_qwen3_5)
+def test_no_vllm_process_outlives_its_run(tmp_path, run_config, run_model, how):
+    marker = str(run_model)
     run = tmp_path / "run"
     proc = _run_cli("run", "--config", str(run_config(steps=50)), "--out", str(run), "--no-progress")
     try:
@@ -289,8 +298,8 @@ def test_no_vllm_process_outlives_its_run(tmp_path, run_config, wide_qwen3_5, ho
         assert done["event"] == "done" and done["status"] == "cancelled"
 
 
-def test_a_server_that_dies_mid_run_fails_the_run_with_its_log_tail(tmp_path, run_config, wide_qwen3_5):
-    marker = str(wide_qwen3_5)
+def test_a_server_that_dies_mid_run_fails_the_run_with_its_log_tail(tmp_path, run_config, run_model):
+    marker = str(run_model)
     run = tmp_path / "run"
     proc = _run_cli("run", "--config", str(run_config(steps=50)), "--out", str(run), "--no-progress")
     try:
