@@ -32,8 +32,8 @@ import torch
 from training import rewards as R
 from training.feedback import continuation_ids, feedback_message
 from training.generation import GenerationBatch, build_prompt
-from training.rollout import (CandidateRecord, Rollout, _assembled_code, _candidate, _result_dict, sandbox_reply,
-                              score_execution)
+from training.candidates import (CandidateRecord, Rollout, _assembled_code, _candidate, _result_dict, sandbox_reply,
+                                 score_execution)
 
 TURN_SEED = 1_000_033
 """Generator-seed offset between turns (a prime, apart from chunk and dynamic-sampling round offsets)."""
