@@ -6,7 +6,7 @@ the sampled ids (``return_token_ids``) with their log-probs under the processed 
 the token was drawn from), and the completion is cut here by training/generation.py's stop-string
 contract on those ids. Nothing is re-tokenised from text.
 
-One request per candidate (``n = 1``, its own seed) so that continuous batching hands each
+One request per candidate (``n = 1``, its own seed on a GPU server; see ``VLLMEngine.seeded``) so that continuous batching hands each
 completion back the moment it ends; the rollout submits its execution straight away. The prompt's
 KV is computed once per prompt through vLLM's prefix cache.
 
@@ -45,7 +45,8 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, url: str, tokenizer: Any, *, eos_ids: Sequence[int], adapter_dir: Path,
-                 server: VLLMServer | None = None, dtype: str | None = None, base_name: str = BASE_NAME):
+                 server: VLLMServer | None = None, dtype: str | None = None, base_name: str = BASE_NAME,
+                 seeded: bool = True):
         self.url = url.rstrip("/")
         self.tokenizer = tokenizer
         self.eos_ids = list(eos_ids)
@@ -55,6 +56,10 @@ class VLLMEngine:
         self.base_name = base_name
         self.model_name = base_name  # ``policy`` once an adapter is loaded
         self.adapter_version = 0
+        self.seeded = seeded
+        """Send each candidate's seed. Off on the CPU build: vLLM 0.32 rewinds a request's generator when a
+        prefill is split across steps, which CPU generators cannot do ('CPU Generator does not use offset' kills
+        the engine), so a CPU server samples from its own seeded stream and candidates are not repeatable there."""
         self._pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="vllm-request")
 
     # ------------------------------------------------------------------------------------ sampling
@@ -68,7 +73,8 @@ class VLLMEngine:
         for p, ids in enumerate(encoded):
             for j in range(n):
                 slot = p * n + j
-                body = self._request(ids, sampling, None if seed is None else _slot_seed(seed, slot), stops)
+                seeded = seed is not None and self.seeded
+                body = self._request(ids, sampling, _slot_seed(seed, slot) if seeded else None, stops)
                 futures[self._pool.submit(self._post, "/v1/completions", body)] = (slot, p)
         pending = set(futures)
         try:
@@ -202,8 +208,12 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
         url = server.url
     else:
         url = vcfg.url.strip()
+    import torch
+
+    # a server of our own on a machine without CUDA is the CPU build (see VLLMEngine.seeded)
+    seeded = server is None or torch.cuda.is_available()
     engine = VLLMEngine(url, tokenizer, eos_ids=eos_token_ids(model, tokenizer), adapter_dir=engine_dir / "adapter",
-                        server=server, dtype=dtype if server else vcfg.dtype)
+                        server=server, dtype=dtype if server else vcfg.dtype, seeded=seeded)
     try:
         if server is None:
             engine.base_name = engine.model_name = _served_model(url)

@@ -1,5 +1,7 @@
 """Multi-turn repair candidates in the web app: their turns stored on the candidate rows and served by
 the candidates API and the inspector, turn-1 pass rates in the per-problem table and evaluations."""
+import pytest
+
 from webapp.runs.supervisor import EventFollower, ingest_new_events
 
 from .conftest import eval_event, problem_event, result, step_event, write_events
@@ -93,3 +95,40 @@ def test_a_flag_raised_by_an_earlier_turn_is_found_by_the_flag_filter_and_shown_
                             "&flag=hardcoded_outputs").content.decode()
     first_turn = html.split('data-turn="1"')[1].split('data-turn="2"')[0]
     assert "hardcoded_outputs" in first_turn and "hardcoded_outputs (1)" in html  # the filter counts it
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["models/tiny", "models/tiny-qwen3_5"], ids=["qwen3", "qwen3_5"])
+def test_a_two_turn_run_trains_evaluates_and_checkpoints_through_a_worker(celery_worker, user, models_dir, settings,
+                                                                          client, model):
+    import time as _time
+
+    from webapp.runs.models import Candidate, Checkpoint, Eval, Run, StepMetric
+    from webapp.runs.services import create_run
+
+    from .conftest import DEMO, demo_config, make_problem_set
+
+    settings.MODELS_DIR = models_dir
+    problem_set = make_problem_set(user, "demo", DEMO.read_bytes())
+    config = demo_config(steps=2, model=model)
+    config["sampling"].update({"prompt_style": "chat", "turns": 2, "max_new_tokens": 24})
+    run = create_run(user, "two turns", problem_set, config)
+    deadline = _time.monotonic() + 600
+    while Run.objects.get(pk=run.pk).status not in ("succeeded", "failed", "cancelled"):
+        assert _time.monotonic() < deadline, "the run did not finish"
+        _time.sleep(0.3)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    metrics = StepMetric.objects.get(run=run, step=2).metrics
+    assert {"pass@1/turn1", "pass@1/final", "repair/rate", "turns/mean"} <= set(metrics)
+    assert 1.0 <= metrics["turns/mean"] <= 2.0
+    train = Candidate.objects.filter(run=run, phase="train")
+    assert train.count() == 2 * 2 * 2
+    two = [c for c in train if c.turns and len(c.turns) == 2]
+    assert two, "an untrained tiny model fails its first turn: some candidate must have a second"
+    assert any(t.get("feedback") for t in two[0].turns)  # what the model was told between its turns
+    assert Eval.objects.filter(run=run).exists() and Checkpoint.objects.filter(run=run, step=2).exists()
+    client.force_login(user)
+    served = client.get(f"/api/runs/{run.pk}/problems/{two[0].problem_id}/candidates?step={two[0].step}").json()
+    assert any(len(c.get("turns") or []) == 2 for c in served)
