@@ -238,7 +238,9 @@ def run(args: argparse.Namespace) -> dict:
         finally:
             runner.close()
         total_s = time.perf_counter() - t0
-        events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+        from training.events import read_events  # lines split at \n only (str.splitlines also splits at U+2028)
+
+        events = read_events(tmp_path / "run" / "events.jsonl")
         prompt_tokens = _prompt_tokens(model_dir, problems)
     steps = [e["metrics"] for e in events if e["event"] == "step"]
     if status != "succeeded" or not steps:

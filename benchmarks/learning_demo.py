@@ -100,7 +100,9 @@ def run_arm(arm: str, cfg_dict: dict, threads: int | None, curve: bool = False) 
         t0 = time.perf_counter()
         status = train(cfg, run_dir, progress=True)
         wall = time.perf_counter() - t0
-        events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
+        from training.events import read_events  # lines split at \n only (str.splitlines also splits at U+2028)
+
+        events = read_events(Path(run_dir) / "events.jsonl")
     if status != "succeeded":
         raise SystemExit(f"{arm} run ended {status}")
     evals = [e for e in events if e["event"] == "eval"]

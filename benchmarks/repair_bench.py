@@ -133,7 +133,9 @@ def run_child(cfg: dict, budget_s: float | None, threads: int, out: Path) -> dic
     status = train(config_from_dict(cfg), run_dir, progress=True)
     wall = time.perf_counter() - t0
     (run_dir / "STOP").write_text("done\n")
-    events = [json.loads(line) for line in events_path.read_text().splitlines()]
+    from training.events import read_events  # lines split at \n only (str.splitlines also splits at U+2028)
+
+    events = read_events(events_path)
     steps = [e["metrics"] for e in events if e["event"] == "step"]
     latest = ckpt.latest_checkpoint(run_dir)
     result = {"status": status, "steps": len(steps), "wall_s": wall,

@@ -144,7 +144,9 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
     })
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as run_dir:
         status = T.train(cfg, run_dir, progress=False, phase_threads=phase_threads)
-        events = [json.loads(line) for line in (Path(run_dir) / "events.jsonl").read_text().splitlines()]
+        from training.events import read_events  # lines split at \n only (str.splitlines also splits at U+2028)
+
+        events = read_events(Path(run_dir) / "events.jsonl")
     if status != "succeeded":
         raise SystemExit(f"our training run ended {status}")
     metrics = [e["metrics"] for e in events if e["event"] == "step"]
