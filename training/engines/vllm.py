@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -169,10 +170,15 @@ class VLLMEngine:
         return out.decode(errors="replace") if raw else json.loads(out)
 
     def _gone(self, path: str, error: Exception) -> str:
-        if self.server is not None and not self.server.alive():
-            return (f"the vLLM server died (exit code {self.server.proc.returncode}) during {path}; its log "
-                    f"({self.server.log_path}) ends:\n{self.server.log_tail()}")
-        return f"the vLLM server at {self.url} did not answer {path}: {type(error).__name__}: {error}"
+        if self.server is None:
+            return f"the vLLM server at {self.url} did not answer {path}: {type(error).__name__}: {error}"
+        try:  # a killed server drops its connections a moment before it is reaped
+            self.server.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return (f"the vLLM server at {self.url} did not answer {path} ({type(error).__name__}: {error}); its "
+                    f"log ({self.server.log_path}) ends:\n{self.server.log_tail()}")
+        return (f"the vLLM server died (exit code {self.server.proc.returncode}) during {path}; its log "
+                f"({self.server.log_path}) ends:\n{self.server.log_tail()}")
 
 
 def _slot_seed(seed: int, slot: int) -> int:

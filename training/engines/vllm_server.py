@@ -72,6 +72,9 @@ class VLLMServer:
         self.proc = proc
         self.url = url
         self.log_path = log_path
+        self.family: list[tuple[int, str]] = []
+        """(pid, start time) of the processes the server started, taken once it answered: a server killed
+        outright leaves them orphaned (no longer its descendants), and ``stop`` still ends them."""
 
     @classmethod
     def start(cls, model: str, *, log_path: Path, dtype: str, max_lora_rank: int | None, max_model_len: int | None,
@@ -121,6 +124,7 @@ class VLLMServer:
                 raise EngineError(f"the vLLM server exited with code {self.proc.returncode} while starting; "
                                   f"its log ({self.log_path}) ends:\n{self.log_tail()}")
             if _healthy(self.url):
+                self.family = [(pid, _start_time(pid)) for pid in _descendants(self.proc.pid)]
                 return
             if time.monotonic() > deadline:
                 raise EngineError(f"the vLLM server did not answer {self.url}/health within {timeout_s:.0f} s; "
@@ -147,6 +151,7 @@ class VLLMServer:
             except subprocess.TimeoutExpired:
                 pass
         family += _descendants(self.proc.pid)
+        family += [pid for pid, started in self.family if started and _start_time(pid) == started]
         for pid in dict.fromkeys(family):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -190,6 +195,15 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot ('' when it is gone): with the pid, an identity
+    that a reused pid does not share."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def _descendants(pid: int) -> list[int]:
