@@ -113,7 +113,7 @@ def _threads_label(threads: int | None, side: str) -> str:
 # ------------------------------------------------------------------------------------------- ours
 
 def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_strings: bool,
-             engine: str = "hf") -> dict:
+             engine: str = "hf", staleness: int = 0) -> dict:
     from training import trainer as T
     from training.config import config_from_dict
 
@@ -131,7 +131,8 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
 
     T.Trainer.run_step = timed_run_step
     sampling = {"problems_per_step": PROBLEMS_PER_STEP, "candidates_per_problem": CANDIDATES,
-                "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "engine": engine}
+                "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "engine": engine,
+                "staleness": staleness}
     if not stop_strings:
         sampling["stop"] = []
     cfg = config_from_dict({
@@ -156,6 +157,7 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
         t["sandbox_s"] = m.get("time/sandbox_s")
         t["update_s"] = m.get("time/update_s")
         t["sync_s"] = m.get("time/sync_s")
+        t["wait_s"] = m.get("time/wait_s")
         t["mismatch_kl"] = m.get("rollout/mismatch_kl")
     return {"side": "ours-stop" if stop_strings else "ours", "engine": engine, "threads": label, "steps": timings}
 

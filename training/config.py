@@ -256,6 +256,10 @@ class SamplingConfig(_Section):
     turns: int = _field(1, ge=1, le=MAX_TURNS)
     """Attempts per candidate: after a failing turn the sandbox's answer (the feedback section) is sent as a user
     message and the model answers again, until a turn passes or the turns run out; 1 = one attempt."""
+    staleness: int = _field(0, ge=0, le=1)
+    """Optimizer steps the sampling policy may lag the trained one. 0: each step samples the policy its previous
+    step just made. 1 (engine vllm): step k+1 is sampled by the server while step k updates, so generation and
+    the update overlap (one step off-policy; ppo.tis_cap corrects for it, the mismatch metrics show it)."""
 
     def _check(self) -> None:
         if self.stop is not None and any(s == "" for s in self.stop):
@@ -263,6 +267,14 @@ class SamplingConfig(_Section):
         if self.thinking and self.prompt_style != "chat":
             raise ConfigError("thinking", "needs prompt_style: chat (thinking is a chat template setting); "
                                           "set prompt_style: chat or thinking: false")
+        if self.staleness and self.engine != "vllm":
+            raise ConfigError("staleness", f"is {self.staleness} but engine is {self.engine}: the hf engine samples "
+                                           "with the model being trained, in the trainer's own process, so it "
+                                           "cannot sample while that model updates; set engine: vllm or staleness: 0")
+        if self.staleness and self.dynamic:
+            raise ConfigError("staleness", "1 samples the next step before this one's rewards are known, and dynamic "
+                                           "sampling decides each step's later rounds from its rewards; set "
+                                           "dynamic: false or staleness: 0")
         if self.turns > 1 and self.prompt_style != "chat":
             raise ConfigError("turns", f"is {self.turns} but a repair turn is a chat message (the sandbox's answer "
                                        "as a user turn), and prompt_style is completion; set prompt_style: chat "

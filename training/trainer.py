@@ -40,6 +40,7 @@ import time
 import warnings
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,12 @@ class Trainer:
         """The generation engine (training/engines/), made in ``run`` once the model is prepared."""
         self.shared_prompts = False
         """Log-prob passes run each distinct prompt once (``shared_prompt_logprobs``); set in ``run``."""
+        self._engine_step = 0
+        """The step whose policy the engine samples (its adapter was synced after that step's update)."""
+        self._ahead: Future | None = None
+        """sampling.staleness 1: the next step's rollout, sampled in the background while this step updates."""
+        self._ahead_step = 0
+        self._ahead_pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------------------------------ run
 
@@ -185,6 +192,7 @@ class Trainer:
                 state = ckpt.load_checkpoint(latest, self.policy.model, self.optimizer, self.scheduler)
                 self.start_step = self.resumed_from = state.step
                 self._checkpointed.add(state.step)
+        self._engine_step = self.start_step  # the engine starts from the policy the run starts from
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.shared_prompts = shared_prompts_supported(self.model)
         extra = {"resumed_from": self.resumed_from} if self.resumed_from is not None else {}
@@ -251,6 +259,14 @@ class Trainer:
             rollout, sampled = drawn.kept(), drawn.sampled()
             with self.threads.idle():  # the sandbox is done: these passes get every core
                 passes = self._forward_passes(rollout.batch, step) if rollout is not None else None
+        elif cfg.sampling.staleness:  # sampled while the previous step updated; the next one starts now
+            ahead = self._rollout_ahead(step)
+            if ahead is None:
+                return None
+            rollout, sampled_at, wait_s, sync_s = ahead
+            sampled = rollout
+            self.threads.busy()  # the engine and the sandbox work on the next step meanwhile
+            passes = self._forward_passes(rollout.batch, step)
         else:
             problems = [self.train_problems[i] for i in picked][acc.process_index::acc.num_processes]
             with self.threads.idle():  # nothing is executing yet: generation gets every core
@@ -281,13 +297,14 @@ class Trainer:
             keep = keep.repeat_interleave(k)  # (N,)
             if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
                 keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
-            with self.threads.idle():  # the sandbox is done: the update gets every core
+            # the sandbox is done: the update gets every core, unless the next step is being sampled
+            with self.threads.idle() if not cfg.sampling.staleness else contextlib.nullcontext():
                 update = self._update(tensors, advantages.to(acc.device), keep.to(acc.device),
                                       old_logprobs, ref_logprobs, kl_coef, step)
-            if self.engine.name != "hf":  # the next step samples the updated policy (hf samples it in place)
-                t_sync = time.monotonic()
-                self.engine.sync(acc.unwrap_model(self.model))
-                update["time/sync_s"] = time.monotonic() - t_sync
+            if not cfg.sampling.staleness:  # the next step samples the updated policy
+                sync_s = self._sync_engine(step)
+                if sync_s is not None:
+                    update["time/sync_s"] = sync_s
         with warnings.catch_warnings():
             # a step whose groups were all dropped made no optimizer step; the schedule still advances
             warnings.filterwarnings("ignore", message=r".*lr_scheduler.step\(\)` before `optimizer.step\(\)`.*")
@@ -307,6 +324,10 @@ class Trainer:
             "time/rollout_s": sampled.time_generate_s, "time/sandbox_s": sampled.time_sandbox_s,
             "time/update_s": update_s, "time/logprob_s": logprob_s, "time/step_s": time.monotonic() - t_step,
         })
+        if cfg.sampling.staleness:
+            metrics.update({"rollout/staleness": float(step - 1 - sampled_at), "time/wait_s": wait_s})
+            if sync_s is not None:
+                metrics["time/sync_s"] = sync_s
         problem_events = _problem_events(sampled, zero_var)
         if drawn is not None:
             metrics.update(drawn.metrics())
@@ -328,6 +349,67 @@ class Trainer:
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
             feedback=cfg.feedback)
+
+    def _sync_engine(self, step: int) -> float | None:
+        """Make the engine sample the policy as it is after ``step``'s update (hf samples the model in
+        place: nothing to do). -> seconds spent, None when nothing was synced"""
+        if self.engine.name == "hf" or self._engine_step >= step:
+            self._engine_step = max(self._engine_step, step)
+            return None
+        t0 = time.monotonic()
+        self.engine.sync(self.accelerator.unwrap_model(self.model))
+        self._engine_step = step
+        return time.monotonic() - t0
+
+    def _rollout_ahead(self, step: int) -> tuple[Rollout, int, float, float | None] | None:
+        """``sampling.staleness`` 1: step ``step``'s rollout (sampled in the background while step - 1
+        updated, by the policy before that update), then the engine gets step - 1's policy and step + 1's
+        rollout starts, to run while this step updates. None when a stop was requested.
+        -> rollout, the step whose policy sampled it, seconds waited for it, seconds of the adapter sync"""
+        t0 = time.monotonic()
+        if self._ahead is None:  # the run's (or the resumed run's) first step: nothing was sampled ahead
+            self._submit_ahead(step)
+        assert self._ahead_step == step, (self._ahead_step, step)
+        rollout, sampled_at = self._ahead.result()
+        self._ahead = None
+        wait_s = time.monotonic() - t0
+        if self._stop_requested():
+            return None
+        sync_s = self._sync_engine(step - 1)
+        if step < self.config.train.steps:
+            self._submit_ahead(step + 1)
+        return rollout, sampled_at, wait_s, sync_s
+
+    def _submit_ahead(self, step: int) -> None:
+        picked = pick_problems(len(self.train_problems), self.config.sampling.problems_per_step, step,
+                               self.config.train.seed)
+        problems = [self.train_problems[i] for i in picked]
+        seed = _step_seed(self.config.train.seed, step, 0)
+        sampled_at = self._engine_step
+
+        def roll() -> tuple[Rollout, int]:
+            return self._start_rollout(problems, seed).finish(), sampled_at
+
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
+        self._ahead = self._ahead_pool.submit(roll)
+        self._ahead_step = step
+
+    def _settle(self, step: int) -> None:
+        """Before the engine samples for evaluation or the tokenizer is saved: the rollout sampled ahead
+        (if any) is complete, and the engine samples the policy after ``step``."""
+        if self._ahead is not None:
+            futures_wait([self._ahead])  # its result (or error) is taken by the next step
+        self._sync_engine(step)
+
+    def _drop_ahead(self) -> None:
+        """The run ends before the rollout sampled ahead is used: end it (its requests with the engine)."""
+        if self._ahead is None:
+            return
+        if not self._ahead.done():
+            self.engine.close()  # the run is ending: in-flight requests fail now instead of finishing
+        futures_wait([self._ahead])
+        self._ahead = None
 
     def _roll(self, indices: list[int], step: int, round_: int) -> Rollout | None:
         """One dynamic-sampling round: roll out and score ``indices``; None when a stop was requested."""
@@ -468,6 +550,7 @@ class Trainer:
             return
         from training.evaluation import evaluate
 
+        self._settle(step)  # the evaluation samples the policy after this step, alone
         if self.accelerator.is_main_process:
             n = self.config.train.eval_samples
             # record: each problem's samples ride in per_problem as a step's candidates do in its
@@ -483,6 +566,8 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def save(self, step: int) -> None:
+        if self._ahead is not None:  # the tokenizer is saved too: not while the rollout ahead tokenizes
+            futures_wait([self._ahead])
         path, kind = ckpt.save_checkpoint(
             self.out_dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
             config_to_dict(self.config), is_lora=self.policy.is_lora, accelerator=self.accelerator)
@@ -500,6 +585,8 @@ class Trainer:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+        if self._ahead_pool is not None:  # after the engine: a rollout still sampling ends with it
+            self._ahead_pool.shutdown(wait=True)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         if self._own_runner and self.runner is not None:
@@ -508,6 +595,7 @@ class Trainer:
     # -------------------------------------------------------------------------------------- helpers
 
     def _cancel(self, last_done: int) -> str:
+        self._drop_ahead()
         if last_done not in self._checkpointed:
             self.save(last_done)
         else:  # the checkpoint exists already (resume point or cadence): point at it again

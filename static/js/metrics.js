@@ -11,6 +11,8 @@ var CrucibleMetrics = (function () {
     "rollout/logprob_diff_max": "sampler vs trainer: largest |log-prob difference|",
     "rollout/truncated_frac": "truncated replies (hit max_new_tokens)",
     "completion_len/max": "completion length: longest", "completion_len/mean": "completion length: mean",
+    "rollout/staleness": "sampler's policy: updates behind the trainer's",
+    "time/wait_s": "time: waiting for the rollout sampled ahead (s)",
   };
   var PREFIXES = [["reward/", "reward: "], ["loss/", "loss: "], ["time/", "time: "], ["flags/", "flagged: "],
                   ["sampling/", "sampling: "], ["rollout/", "rollout: "], ["completion_len/", "completion length: "]];

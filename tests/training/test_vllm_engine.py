@@ -228,10 +228,10 @@ def run_config(tmp_path, run_model):
     problems = tmp_path / "problems.jsonl"
     problems.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
 
-    def write(**train) -> Path:
+    def write(sampling: dict | None = None, **train) -> Path:
         cfg = {"model": {"name_or_path": str(run_model)}, "problems": str(problems),
                "sampling": {"problems_per_step": 2, "candidates_per_problem": 4, "max_new_tokens": 16,
-                            "engine": "vllm"},
+                            "engine": "vllm", **(sampling or {})},
                "ppo": {"learning_rate": 1e-3}, "sandbox": {"workers": 2},
                "train": {"steps": 2, "eval_every": 0, "eval_samples": 2, "checkpoint_every": 0, **train}}
         path = tmp_path / "run.yaml"
@@ -278,11 +278,39 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
     assert (tmp_path / "merged" / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("how", ["sigterm", "sigkill", "stop-while-starting"])
+def test_with_staleness_one_the_next_step_is_sampled_by_the_previous_policy_while_this_one_updates(
+        tmp_path, run_config, run_model):
+    marker = str(run_model)
+    run = tmp_path / "run"
+    config = run_config(sampling={"staleness": 1}, steps=4, eval_every=2, checkpoint_every=2)
+    proc = _run_cli("run", "--config", str(config), "--out", str(run), "--no-progress")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    events = _events(run)
+    steps = {e["step"]: e["metrics"] for e in events if e["event"] == "step"}
+    assert sorted(steps) == [1, 2, 3, 4]
+    # step 1 samples the policy it starts from; every later step was sampled one update behind it (the
+    # evaluation after step 2 syncs the engine early, which must not make step 3 or 4 fresher or staler)
+    assert [steps[s]["rollout/staleness"] for s in (1, 2, 3, 4)] == [0, 1, 1, 1]
+    assert all(steps[s]["time/wait_s"] >= 0 for s in steps)
+    # what the sampler's log-probs show: at step 1 only bfloat16 noise separates them from the trainer's; from
+    # step 2 on they are the previous policy's (learning rate 1e-3), so the gap is the update's size on top
+    noise = steps[1]["rollout/mismatch_kl"]
+    assert all(steps[s]["rollout/mismatch_kl"] > 5 * noise for s in (2, 3, 4)), \
+        {s: m["rollout/mismatch_kl"] for s, m in steps.items()}
+    assert [e["step"] for e in events if e["event"] == "eval"] == [0, 2, 4]
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2, 4]
+    assert events[-1]["event"] == "done" and events[-1]["status"] == "succeeded"
+    assert _gone(marker, 5)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill", "stop-while-starting", "sigterm-sampling-ahead"])
 def test_no_vllm_process_outlives_its_run(tmp_path, run_config, run_model, how):
     marker = str(run_model)
     run = tmp_path / "run"
-    proc = _run_cli("run", "--config", str(run_config(steps=50)), "--out", str(run), "--no-progress")
+    sampling = {"staleness": 1, "max_new_tokens": 64} if how == "sigterm-sampling-ahead" else None
+    proc = _run_cli("run", "--config", str(run_config(sampling=sampling, steps=50)), "--out", str(run),
+                    "--no-progress")
     try:
         if how == "stop-while-starting":
             _wait_for(lambda: (run / "engine" / "vllm.log").exists() and _vllm_processes(marker))
@@ -290,7 +318,7 @@ def test_no_vllm_process_outlives_its_run(tmp_path, run_config, run_model, how):
         else:
             _wait_for(lambda: any(e["event"] == "step" for e in _events(run)))
             assert _vllm_processes(marker)
-            proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+            proc.send_signal(signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
         proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -142,7 +142,11 @@ class VLLMServer:
         return "\n".join(text.rstrip().splitlines()[-lines:])
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """End the server and every process it started (engine core, workers)."""
+        """End the server and every process it started (engine core, workers). Once: a second call (the
+        trainer's close after a cancel ended the server) must not signal a pid the system may have reused."""
+        if getattr(self, "_stopped", False):
+            return
+        self._stopped = True
         family = _descendants(self.proc.pid) + [self.proc.pid]
         if self.proc.poll() is None:
             try:

@@ -97,6 +97,16 @@ def mismatch_warning(metrics: dict, step: int | None = None, *, tis_cap: float |
     at = f" at step {step}" if step is not None else ""
     fix = (f"ppo.tis_cap = {tis_cap:g} corrects the update for it, but the cause remains"
            if tis_cap is not None else "or set ppo.tis_cap (e.g. 2) to correct the update for it")
+    stale = metrics.get("rollout/staleness")
+    if isinstance(stale, (int, float)) and not isinstance(stale, bool) and stale >= 1:
+        # sampling ahead: the sampler's policy is an update older by design, so that update is in the gap
+        fix = (f"ppo.tis_cap = {tis_cap:g} corrects the update for it" if tis_cap is not None
+               else "set ppo.tis_cap (e.g. 2) to correct the update for it")
+        return (f"Sampler and trainer disagree: rollout/mismatch_kl is {value:.2g}{at}, above "
+                f"{MISMATCH_KL_WARN:g}. This run samples one step ahead (sampling.staleness: 1), so the sampler's "
+                "policy is one update older than the trainer's and part of the gap is that update; a gap that "
+                f"keeps growing means the updates are large for off-policy samples: lower the learning rate, {fix}, "
+                "or sample on-policy (staleness: 0).")
     return (f"Sampler and trainer disagree: rollout/mismatch_kl is {value:.2g}{at}, above {MISMATCH_KL_WARN:g}. "
             "The log-probs of the sampled tokens differ between the sampler and the trainer under the same "
             "weights, so the update is off-policy. Fix the kernels or the precision (see Runtime: a torch "

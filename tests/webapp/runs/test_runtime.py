@@ -52,6 +52,16 @@ def test_the_mismatch_warning_says_when_tis_already_corrects_the_update():
     assert runtime.tis_cap_of({"ppo": {"tis_cap": 2}}) == 2.0 and runtime.tis_cap_of({}) is None
 
 
+def test_a_run_sampling_ahead_is_told_that_one_update_of_drift_is_part_of_the_mismatch():
+    text = mismatch_warning({"rollout/mismatch_kl": 0.004, "rollout/staleness": 1.0}, 5)
+    assert "0.004 at step 5" in text and "sampling.staleness: 1" in text and "one update older" in text
+    assert "set ppo.tis_cap" in text and "kernels" not in text
+    capped = mismatch_warning({"rollout/mismatch_kl": 0.004, "rollout/staleness": 1.0}, 5, tis_cap=2.0)
+    assert "ppo.tis_cap = 2 corrects the update for it" in capped
+    # the run's first step samples its own policy: the usual diagnosis
+    assert "kernels" in mismatch_warning({"rollout/mismatch_kl": 0.004, "rollout/staleness": 0.0}, 1)
+
+
 def test_the_run_page_shows_the_newest_start_events_runtime_and_its_warnings(client_alice, run):
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert "appear when the trainer starts" in html
