@@ -18,8 +18,9 @@ import io
 import json
 import tarfile
 import threading
+import time
 
-from ..environments import BUILD_TIMEOUT_S, SANDBOX_PATH, EnvironmentBuildError
+from ..environments import BUILD_TIMEOUT_S, RETRY_FAILED_AFTER_S, SANDBOX_PATH, EnvironmentBuildError
 from ..problems import Environment
 
 IMAGE_REPOSITORY = "crucible-env"
@@ -76,6 +77,7 @@ class EnvironmentImages:
         self.base_image = base_image
         self.python = python
         self._ready: dict[str, str] = {}
+        self._failed: dict[str, tuple[float, EnvironmentBuildError]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._base_id: str | None = None
@@ -97,8 +99,15 @@ class EnvironmentImages:
             lock = self._locks.setdefault(tag, threading.Lock())
         with lock:
             if tag not in self._ready:
+                failed = self._failed.get(tag)
+                if failed is not None and time.monotonic() - failed[0] < RETRY_FAILED_AFTER_S:
+                    raise failed[1]  # not rebuilt for every candidate of the batch
                 if not self._present(tag):
-                    self._build(tag, env)
+                    try:
+                        self._build(tag, env)
+                    except EnvironmentBuildError as e:
+                        self._failed[tag] = (time.monotonic(), e)
+                        raise
                 self._ready[tag] = tag
         return tag
 

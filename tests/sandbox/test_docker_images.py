@@ -137,3 +137,15 @@ def test_a_failed_build_is_an_error_result_naming_the_packages_and_quoting_pip(e
     assert "six==0.0.0.1" in res.detail and "pip install failed in the docker image build" in res.detail
     assert "No matching distribution found" in res.detail, res.detail
     assert engine.created == []  # nothing ran
+
+
+def test_a_failed_build_is_not_retried_by_every_candidate_of_the_batch(engine, executor, monkeypatch):
+    engine.fail_builds = "ERROR: Could not find a version that satisfies the requirement six==0.0.0.1"
+    broken = problem("broken", Environment(("six==0.0.0.1",)))
+    details = {executor.run(broken, ON_PATH).detail for _ in range(3)}
+    assert len(engine.builds) == 1 and len(details) == 1
+    # After the pause (here: none) the next candidate tries again, and a build that now works is used.
+    monkeypatch.setattr("sandbox.backends.docker_images.RETRY_FAILED_AFTER_S", 0.0)
+    engine.fail_builds = None
+    assert executor.run(broken, ON_PATH).passed
+    assert len(engine.builds) == 2

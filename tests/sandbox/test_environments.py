@@ -190,3 +190,24 @@ def test_every_backend_runs_an_environment_importable_and_read_only(executor):
     without = executor.run(plain, code)
     assert without.status.value == "error" and "six" in " ".join([without.detail, *(t.error or "" for t in
                                                                                    without.tests)]), without.to_dict()
+
+
+def test_a_failed_build_is_not_retried_by_every_candidate_of_the_batch(monkeypatch, env_dir):
+    from sandbox.environments import EnvironmentBuildError
+
+    tries = []
+
+    def failing(self, key, env):
+        tries.append(key)
+        raise EnvironmentBuildError(f"environment [{env.describe()}]: pip install failed (wheels only): no network")
+
+    monkeypatch.setattr(EnvironmentCache, "_build_once", failing)
+    cache = EnvironmentCache(env_dir)
+    for _ in range(3):
+        with pytest.raises(EnvironmentBuildError, match="no network"):
+            cache.site(Environment(("six==1.16.0",)))
+    assert len(tries) == 1
+    monkeypatch.setattr("sandbox.environments.RETRY_FAILED_AFTER_S", 0.0)  # the pause is over: tried again
+    with pytest.raises(EnvironmentBuildError):
+        cache.site(Environment(("six==1.16.0",)))
+    assert len(tries) == 2
