@@ -6,9 +6,9 @@ With no URL the bench starts its own local replicas (`python -m sandbox serve` o
 pinned to its own cores where the machine has them); with URLs it measures those (scaling only).
 It reports, on sandbox_bench.py's MBPP-size workload:
 
-- scaling: one client spreading `--n` candidates over 1, 2 and 4 replicas of 1 worker each (a
-  replica count above the CPU count is skipped: it could only share cores), next to the
-  in-process pool of the same number of workers;
+- scaling: one client spreading `--n` candidates over 1, 2 and 4 replicas of 1 worker each, in
+  `--rounds` rounds of every count in turn, next to the in-process pool of the same number of
+  workers (more replicas than cores share them evenly: what that shows is the cost of sharing);
 - overhead: `--overhead-n` candidates through the service (one replica of `--workers` workers, and
   `--workers` replicas of one) vs the in-process pool of `--workers` workers, in symmetric rounds
   (pool, service, service, pool); target ≤ 10%;
@@ -32,15 +32,16 @@ SECTION = "sandbox-service-bench"
 
 
 def pinned_replicas(n: int, workers: int, token: str) -> tuple[object, list]:
-    """`n` local replicas of `workers` workers, replica k on cores [k*workers, (k+1)*workers) when
-    the machine has n*workers cores. -> (context manager to close them, replicas)."""
+    """`n` local replicas of `workers` workers, replica k on cores k*workers ... (k+1)*workers - 1,
+    modulo the CPU count: with more workers than cores, replicas share cores evenly (4 replicas of
+    one worker on 2 cores: two per core). -> (context manager to close them, replicas)."""
     from tests.sandbox.replicas import replicas
     ctx = replicas(n, workers=workers, token=token)
     started = ctx.__enter__()
     cores = os.cpu_count() or 1
-    if n > 1 and n * workers <= cores:
+    if n > 1:
         for k, r in enumerate(started):
-            pin_tree(r.proc.pid, set(range(k * workers, (k + 1) * workers)))
+            pin_tree(r.proc.pid, {(k * workers + j) % cores for j in range(workers)})
     return ctx, started
 
 
@@ -73,30 +74,44 @@ def rate(runner, problems, cands) -> tuple[float, list]:
     return len(cands) / (time.perf_counter() - t0), results
 
 
-def bench_scaling(problems, cands, urls: list[str] | None, token: str) -> list[str]:
+def bench_scaling(problems, cands, urls: list[str] | None, token: str, rounds: int) -> list[str]:
+    """Rounds that each measure every replica count in turn (1, 2, 4, 1, 2, 4, ...), so that a load
+    that comes and goes on a shared machine falls on every count alike; medians and ranges."""
     from sandbox.remote import RemoteRunner
     from sandbox.runner import Runner
     cores = os.cpu_count() or 1
-    rows = ["| replicas × workers | service executions/s | in-process pool of as many workers | correct |",
-            "|---|---|---|---|"]
     counts = [1, 2, 4] if urls is None else [len(urls)]
+    svc: dict[int, list[float]] = {n: [] for n in counts}
+    pool: dict[int, list[float]] = {n: [] for n in counts}
+    passed: dict[int, set[int]] = {n: set() for n in counts}
+    for r in range(rounds):
+        for n in counts:
+            with Runner(workers=n) as local:
+                local.run_batch(problems, cands[:n])
+                pool[n].append(rate(local, problems, cands)[0])
+            ctx, started = (None, []) if urls else pinned_replicas(n, 1, token)
+            try:
+                runner = RemoteRunner(urls or [x.url for x in started], token)
+                runner.run_batch(problems, cands[:8])
+                svc_rate, results = rate(runner, problems, cands)
+            finally:
+                if ctx is not None:
+                    ctx.__exit__(None, None, None)
+            svc[n].append(svc_rate)
+            passed[n].add(sum(x.passed for x in results))
+            print(f"scaling round {r + 1}/{rounds}: {n} replica(s) {svc_rate:.0f}/s, pool of {n} "
+                  f"{pool[n][-1]:.0f}/s", file=sys.stderr)
+    rows = ["| replicas × workers | pinning | service executions/s (median; range) | "
+            "vs 1 replica | in-process pool of as many workers (median; range) | correct |",
+            "|---|---|---|---|---|---|"]
+    base = statistics.median(svc[counts[0]])
     for n in counts:
-        if urls is None and n > cores:
-            rows.append(f"| {n} × 1 | skipped: {cores} CPUs (replicas would share cores) | – | – |")
-            continue
-        with Runner(workers=n) as pool:
-            pool.run_batch(problems, cands[:n])
-            pool_rate, _ = rate(pool, problems, cands)
-        ctx, started = (None, []) if urls else pinned_replicas(n, 1, token)
-        try:
-            runner = RemoteRunner(urls or [r.url for r in started], token)
-            runner.run_batch(problems, cands[:8])
-            svc_rate, results = rate(runner, problems, cands)
-        finally:
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
-        rows.append(f"| {n} × 1 | {svc_rate:.1f} | {pool_rate:.1f} | {sum(r.passed for r in results)}"
-                    f"/{len(cands)} passed |")
+        share = ("remote" if urls else "unpinned" if n == 1 else "one core each" if n <= cores
+                 else f"{-(-n // cores)} per core")
+        rows.append(f"| {n} × 1 | {share} | {statistics.median(svc[n]):.1f}; {min(svc[n]):.0f} … {max(svc[n]):.0f} | "
+                    f"{statistics.median(svc[n]) / base:.2f}× | {statistics.median(pool[n]):.1f}; "
+                    f"{min(pool[n]):.0f} … {max(pool[n]):.0f} | "
+                    f"{'/'.join(str(p) for p in sorted(passed[n]))}/{len(cands)} passed |")
     return rows
 
 
@@ -182,8 +197,9 @@ def main(argv: list[str]) -> int:
     lines = [f"## Sandbox service: replicas, overhead, recovery", "",
              f"{os.cpu_count()} CPUs, shared with other work; {time.strftime('%Y-%m-%d %H:%M')}; process backend, "
              "warm mode; workload of the sandbox bench (MBPP-size, 3/4 correct). "
-             f"Scaling: {a.n} candidates, one client.", ""]
-    lines += bench_scaling(problems, cands, urls, token)
+             f"Scaling: {a.n} candidates, one client, {a.rounds} rounds of every replica count in turn; "
+             f"load average at the start {' '.join(f'{x:.2f}' for x in os.getloadavg())}.", ""]
+    lines += bench_scaling(problems, cands, urls, token, a.rounds)
     if urls is None:
         rows, found = bench_overhead(problems, few, a.workers, a.rounds, token)
         worst = max(statistics.median(v) for v in found.values())

@@ -27,6 +27,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 from .problems import Environment
 
@@ -34,6 +35,9 @@ ENV_DIR_ENV = "CRUCIBLE_ENV_DIR"
 SANDBOX_PATH = "/opt/crucible-env"
 """Where an environment's packages appear inside the sandbox."""
 BUILD_TIMEOUT_S = 900.0
+RETRY_FAILED_AFTER_S = 60.0
+"""A build that failed is not tried again for this long: every candidate of a batch would otherwise
+rebuild it in turn (a network outage clears after it)."""
 
 
 class EnvironmentBuildError(RuntimeError):
@@ -68,6 +72,7 @@ class EnvironmentCache:
         self._lock = threading.Lock()
         self._python: tuple[str, str] | None = None
         self._ready: dict[str, str] = {}
+        self._failed: dict[str, tuple[float, EnvironmentBuildError]] = {}
 
     def key(self, env: Environment) -> str:
         python, version = self.python()
@@ -89,7 +94,14 @@ class EnvironmentCache:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._ready:
-                self._ready[key] = self._build_once(key, env)
+                failed = self._failed.get(key)
+                if failed is not None and time.monotonic() - failed[0] < RETRY_FAILED_AFTER_S:
+                    raise failed[1]
+                try:
+                    self._ready[key] = self._build_once(key, env)
+                except EnvironmentBuildError as e:
+                    self._failed[key] = (time.monotonic(), e)
+                    raise
         return self._ready[key]
 
     def _build_once(self, key: str, env: Environment) -> str:

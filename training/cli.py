@@ -23,6 +23,7 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    from sandbox.remote import RemoteUnavailable
     from training.config import ConfigError
 
     # Our own progress line is the one on stderr: no per-file "Loading weights" bars from transformers
@@ -34,6 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RemoteUnavailable as e:  # sandbox.endpoints: every replica gone; the message names each one
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

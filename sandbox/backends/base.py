@@ -94,16 +94,17 @@ def _not_run(problem, status: Outcome, detail: str, why: str) -> ExecutionResult
 
 
 def _environment_site(executor, problem) -> tuple[str | None, ExecutionResult | None]:
-    """(host directory of the problem's environment, None), built on first use; or (None, an `error`
-    result saying why it cannot run) when this backend has no environments or the build failed."""
-    from ..environments import EnvironmentBuildError, default_cache
+    """(what the executor's workers need for the problem's environment, None), built on first use (see
+    `PooledExecutor.environment_site`); or (None, an `error` result saying why it cannot run) when this
+    backend has no environments or the build failed."""
+    from ..environments import EnvironmentBuildError
     env = problem.environment
     if not getattr(executor, "supports_environments", False):
         return None, _not_run(problem, Outcome.ERROR, f"problem {problem.id!r} needs the environment "
                               f"[{env.describe()}], which the {executor.name} backend cannot run yet; "
                               "use the process backend", "no environment")
     try:
-        return default_cache().site(env), None
+        return executor.environment_site(env), None
     except (EnvironmentBuildError, OSError, ValueError) as e:
         return None, _not_run(problem, Outcome.ERROR, f"problem {problem.id!r}: {e}", "environment build failed")
 
@@ -119,9 +120,16 @@ class PooledExecutor(Executor):
     _closed = False
     """Set by `close`: nothing given back is kept any more."""
 
-    def _borrow(self, limits: Limits) -> Channel:
-        """A started worker for an execution under `limits` (idle, or started now)."""
+    def _borrow(self, limits: Limits, site: str | None = None) -> Channel:
+        """A started worker for an execution under `limits` (idle, or started now), with the environment
+        `site` (from `environment_site`; None: the standard library only)."""
         raise NotImplementedError
+
+    def environment_site(self, env) -> str:
+        """What a worker of `env` needs, built on first use, as `_borrow(limits, site)` takes it: here the
+        host directory of its packages (sandbox.environments); the docker backend answers an image tag."""
+        from ..environments import default_cache
+        return default_cache().site(env)
 
     def _give_back(self, worker: Channel, healthy: bool) -> None:
         """Take `worker` back: kept for the next execution when healthy, else closed."""

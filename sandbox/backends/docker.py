@@ -4,9 +4,11 @@ Each container runs harness.py's relay worker as its pid 1 and serves many execu
 forked child each, every process killed after it, scratch wiped), then is recycled. Containers:
 `--network none`, read-only root, tmpfs scratch (/tmp, also /dev/shm), pids/memory/cpu limits,
 `--cap-drop ALL`, `no-new-privileges`, uid/gid 65534, Docker's default seccomp profile, optional
-gVisor (`runtime="runsc"`). Docker cannot hand file descriptors into a container, so the worker
-multiplexes each execution's streams over its attached stdin/stdout; a relay thread here turns them
-back into local pipes, and the same host-side protocol (sandbox.protocol.driver) decides verdicts.
+gVisor (`runtime="runsc"`). A problem environment is an image of its own built on the base image
+(sandbox.backends.docker_images), run in exactly such containers. Docker cannot hand file
+descriptors into a container, so the worker multiplexes each execution's streams over its attached
+stdin/stdout; a relay thread here turns them back into local pipes, and the same host-side protocol
+(sandbox.protocol.driver) decides verdicts.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ import time
 from ..limits import Limits
 from ..protocol.channel import Channel, Done, ExecIO, FrameReader, WorkerBroken
 from .base import PooledExecutor, SandboxUnavailable, register
+from .docker_images import EnvironmentImages
 
 HARNESS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "harness.py")
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+        # As the process backend: an environment's numeric libraries (numpy's OpenBLAS) would start a
+        # thread per host core, against the container's pids limit.
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class RelayChannel(Channel):
@@ -44,7 +50,8 @@ class RelayChannel(Channel):
         self.executions = 0
         self.closed = False
         self.site: str | None = None
-        """Host directory of the environment this worker has (None: the standard library only)."""
+        """The environment this worker has, as its executor names it (docker: the image tag; the local
+        relay: the host directory); None: the standard library only."""
         self.site_inside: str | None = None
         """Where the worker's candidates find it."""
         self.anomaly: str | None = None
@@ -349,6 +356,7 @@ class DockerExecutor(PooledExecutor):
                 self.client.images.pull(image)
             except Exception as e:
                 raise SandboxUnavailable(f"image {image} is not available: {e}") from None
+        self.environments = EnvironmentImages(self.client, image, python)
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -367,15 +375,18 @@ class DockerExecutor(PooledExecutor):
                     "the engine's socket (DOCKER_HOST), or use the process backend")
         return None
 
+    def environment_site(self, env) -> str:
+        """The tag of `env`'s image (built on first use, reused while the engine holds it)."""
+        return self.environments.image(env)
+
     def _start(self, limits: Limits, site: str | None = None) -> RelayChannel:
+        """A started container of the base image, or of the environment image tagged `site`: the
+        packages are part of its read-only root, nothing is bound from the host."""
         from docker.types import Ulimit
         from ..environments import SANDBOX_PATH
         tmpfs_opts = f"rw,nosuid,nodev,size={limits.scratch_mb}m,mode=1777"
-        # An environment is the host's build, bound read-only (the image's Python must be the same
-        # minor version as the host's sandbox interpreter, which the build targeted).
-        volumes = {site: {"bind": SANDBOX_PATH, "mode": "ro"}} if site else None
         container = self.client.containers.create(
-            self.image,
+            site or self.image,
             command=[self.python, "-I", "-S", "-B", "-c", self.harness_source, "worker", "--relay"],
             stdin_open=True, tty=False, detach=True, user="65534:65534", working_dir="/tmp",
             environment=dict(_ENV), network_mode="none", read_only=True,
@@ -387,7 +398,7 @@ class DockerExecutor(PooledExecutor):
                      Ulimit(name="core", soft=0, hard=0),
                      Ulimit(name="fsize", soft=limits.file_size_mb << 20,
                             hard=limits.file_size_mb << 20)],
-            runtime=self.runtime, labels={"crucible.sandbox": "1"}, auto_remove=False, volumes=volumes)
+            runtime=self.runtime, labels={"crucible.sandbox": "1"}, auto_remove=False)
         try:
             sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1,
                                                    "stream": 1})
@@ -461,6 +472,9 @@ class LocalRelayExecutor(DockerExecutor):
         self._idle, self._all = [], set()
         self._lock = threading.Lock()
         self._closed = False
+
+    def environment_site(self, env) -> str:
+        return PooledExecutor.environment_site(self, env)  # the host's build: no images without an engine
 
     def _start(self, limits: Limits, site: str | None = None) -> RelayChannel:
         ch = local_relay_channel()

@@ -174,3 +174,40 @@ def test_the_docker_backends_relay_workers_run_an_environment_too():
         assert [ex.run(p, code).status.value for p in (with_six, plain, with_six)] == ["passed", "error", "passed"]
     finally:
         ex.close()
+
+
+def test_every_backend_runs_an_environment_importable_and_read_only(executor):
+    """Parametrized over the backends (tests/sandbox/conftest.py): on a machine with a Docker engine
+    this builds and runs a real environment image; here the docker case is skipped with its reason."""
+    code = ("import os, six\ndef f():\n    root = os.path.dirname(six.__file__)\n    wrote = []\n"
+            "    for name in ('six.py', 'planted.py'):\n        try:\n"
+            "            open(os.path.join(root, name), 'a').close()\n            wrote.append(name)\n"
+            "        except OSError:\n            pass\n    return wrote\n")
+    problem = Problem(id="ro", kind="function", entry_point="f", tests=("assert f() == []",), environment=SIX)
+    plain = Problem(id="plain", kind="function", entry_point="f", tests=("assert f() == []",))
+    res = executor.run(problem, code)
+    assert res.passed, res.to_dict()
+    without = executor.run(plain, code)
+    assert without.status.value == "error" and "six" in " ".join([without.detail, *(t.error or "" for t in
+                                                                                   without.tests)]), without.to_dict()
+
+
+def test_a_failed_build_is_not_retried_by_every_candidate_of_the_batch(monkeypatch, env_dir):
+    from sandbox.environments import EnvironmentBuildError
+
+    tries = []
+
+    def failing(self, key, env):
+        tries.append(key)
+        raise EnvironmentBuildError(f"environment [{env.describe()}]: pip install failed (wheels only): no network")
+
+    monkeypatch.setattr(EnvironmentCache, "_build_once", failing)
+    cache = EnvironmentCache(env_dir)
+    for _ in range(3):
+        with pytest.raises(EnvironmentBuildError, match="no network"):
+            cache.site(Environment(("six==1.16.0",)))
+    assert len(tries) == 1
+    monkeypatch.setattr("sandbox.environments.RETRY_FAILED_AFTER_S", 0.0)  # the pause is over: tried again
+    with pytest.raises(EnvironmentBuildError):
+        cache.site(Environment(("six==1.16.0",)))
+    assert len(tries) == 2

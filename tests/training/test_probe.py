@@ -125,3 +125,20 @@ def test_an_unknown_split_is_a_usage_error(qwen3_model_dir, probe_problems, caps
                   "--split", "test"])
     assert exc.value.code == 2
     assert "invalid choice: 'test'" in capsys.readouterr().err
+
+
+def test_the_probe_runs_on_the_replicas_of_sandbox_endpoints(qwen3_model_dir, probe_problems, capsys, monkeypatch):
+    from tests.sandbox.replicas import TOKEN, replicas
+
+    monkeypatch.setenv("CRUCIBLE_SANDBOX_TOKEN", TOKEN)
+    with replicas(1) as (replica,):
+        endpoints = f'sandbox.endpoints=["{replica.url}"]'
+        code, lines, err = run_probe(capsys, "--model", qwen3_model_dir, "--problems", probe_problems, "--samples", 2,
+                                     "--set", STOP, "--set", endpoints, "--no-progress")
+        assert code == 0, err
+        assert [(r["problem_id"], r["passed"]) for r in map(json.loads, lines[:-1])] == [("free", 2), ("impossible", 0)]
+        replica.kill()  # the same probe now has nowhere to run: it fails naming the endpoint, no local fallback
+        code, lines, err = run_probe(capsys, "--model", qwen3_model_dir, "--problems", probe_problems, "--samples", 2,
+                                     "--set", STOP, "--set", endpoints, "--no-progress")
+    assert code != 0 and lines == []
+    assert replica.url in err and "no sandbox endpoint is left" in err, err

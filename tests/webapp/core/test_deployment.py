@@ -39,10 +39,42 @@ def test_compose_runs_a_scalable_sandbox_service_that_the_gpu_worker_uses():
     assert gpu["CRUCIBLE_SANDBOX_TOKEN"] == sandbox["environment"]["CRUCIBLE_SANDBOX_TOKEN"]
 
 
+def test_the_gpu_worker_starts_once_the_sandbox_replicas_answer_their_health_check():
+    # A batch fails at once when no replica answers, so a worker up before them fails its first runs.
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    depends = services["worker-gpu"]["depends_on"]
+    assert depends["sandbox"] == {"condition": "service_healthy"}
+    # Overriding the anchor's depends_on must keep the database and Redis.
+    assert depends["postgres"] == depends["redis"] == {"condition": "service_healthy"}
+    probe = services["sandbox"]["healthcheck"]["test"]
+    assert probe[0] == "CMD" and "http://127.0.0.1:8700/healthz" in probe[-1]
+
+
+def test_the_gpu_workers_devices_and_its_gpus_per_run_are_the_same_number():
+    worker = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker-gpu"]
+    (device,) = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert device["count"] == worker["environment"]["CRUCIBLE_GPUS_PER_RUN"]
+
+
 def test_compose_file_is_valid_for_docker_compose():
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.skip("docker-compose is not installed (apt-get install docker-compose) so the file cannot be checked")
-    result = subprocess.run([binary, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
-                            env=dict(os.environ, SECRET_KEY="check", CRUCIBLE_SANDBOX_TOKEN="check"), timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "CRUCIBLE_SANDBOX_SERVICE_WORKERS"}
+    result = subprocess.run([binary, "config"], cwd=ROOT, capture_output=True, text=True,
+                            env=dict(env, SECRET_KEY="check", CRUCIBLE_SANDBOX_TOKEN="check"), timeout=60)
     assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    assert resolved["worker-gpu"]["environment"]["CRUCIBLE_SANDBOX_ENDPOINTS"] == "http://sandbox:8700"
+    assert set(resolved["worker-gpu"]["depends_on"]) == {"postgres", "redis", "sandbox"}
+    assert resolved["sandbox"]["command"][-1] == "4"  # CRUCIBLE_SANDBOX_SERVICE_WORKERS's default
+
+
+def test_compose_refuses_to_start_without_the_sandbox_token():
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose) so the file cannot be checked")
+    env = {k: v for k, v in os.environ.items() if k != "CRUCIBLE_SANDBOX_TOKEN"}
+    result = subprocess.run([binary, "config", "-q"], cwd=ROOT, capture_output=True, text=True,
+                            env=dict(env, SECRET_KEY="check"), timeout=60)
+    assert result.returncode != 0 and "set CRUCIBLE_SANDBOX_TOKEN in .env" in result.stderr
