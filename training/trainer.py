@@ -717,10 +717,8 @@ def _discounted_advantages(cfg: RunConfig, rollout: Rollout, token_turns: torch.
     k = cfg.sampling.candidates_per_problem
     cands = rollout.candidates
     groups = [[c.turn_rewards for c in cands[g * k:(g + 1) * k]] for g in range(len(rollout.problems))]
-    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount)
-                for adv in group]
-    if cfg.reward.clip is not None:
-        per_turn = [[max(-cfg.reward.clip, min(cfg.reward.clip, a)) for a in adv] for adv in per_turn]
+    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount,
+                                                 clip=cfg.reward.clip) for adv in group]
     return token_advantages(per_turn, token_turns.cpu())  # (N, C)
 
 

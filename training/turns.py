@@ -262,7 +262,8 @@ def score_trajectories(problems: Sequence[Any], trajectories: Sequence[Trajector
                 scores.append(scored)
                 turns.append({"reply": turn.reply, "code": turn.code, "feedback": turn.feedback,
                               "result": turn.results[0], "reward": scored.reward, "rewards": scored.rewards,
-                              "truncated": turn.truncated, "flags": list(scored.flags)})
+                              "truncated": turn.truncated, "flags": list(scored.flags),
+                              "overlong_penalty": scored.overlong_penalty})
             last, final = tr.turns[-1], scores[-1]
             flags = tuple(dict.fromkeys(f for s in scores for f in s.flags))
             penalized = tuple(dict.fromkeys(f for s in scores for f in s.penalized_flags))

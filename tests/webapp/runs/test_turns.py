@@ -4,7 +4,7 @@ import pytest
 
 from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import eval_event, problem_event, result, step_event, write_events
+from .conftest import TINY_OVERRIDES, eval_event, problem_event, result, step_event, write_events
 
 WRONG = "def add0(a, b):\n    return a - b\n"
 RIGHT = "def add0(a, b):\n    return a + b\n"
@@ -132,3 +132,48 @@ def test_a_two_turn_run_trains_evaluates_and_checkpoints_through_a_worker(celery
     client.force_login(user)
     served = client.get(f"/api/runs/{run.pk}/problems/{two[0].problem_id}/candidates?step={two[0].step}").json()
     assert any(len(c.get("turns") or []) == 2 for c in served)
+
+
+def discounted_repair_run(user, problem_set):
+    """A ``reward.turns: discounted`` run (gamma 0.5, Dr. GRPO, weights pass_rate/syntax 0.5/0.5) with one
+    stored group: A fails (pass_rate 0, syntax 1: 0.5), is told why and passes (1.0); B passes half the
+    tests at once (0.75). Its turns are stored without their overlong penalty, as runs were before it was:
+    the re-scoring infers the one their stored totals imply (0 here)."""
+    from webapp.runs.services import create_run
+
+    config = {**TINY_OVERRIDES, "sampling": {**TINY_OVERRIDES["sampling"], "prompt_style": "chat", "turns": 2},
+              "reward": {"turns": "discounted", "turn_discount": 0.5, "clip": None,
+                         "weights": {"pass_rate": 0.5, "syntax": 0.5, "efficiency": 0.0, "conciseness": 0.0,
+                                     "format": 0.0}},
+              "ppo": {"advantage": "dr_grpo"}}
+    run = create_run(user, "repair", problem_set, config)
+    event = repair_event(1)
+    a, b = event["candidates"]
+    a["turns"][0].update(rewards={"pass_rate": 0.0, "syntax": 1.0}, reward=0.5)
+    a["turns"][1].update(rewards={"pass_rate": 1.0, "syntax": 1.0}, reward=1.0)
+    b["turns"][0].update(rewards={"pass_rate": 0.5, "syntax": 1.0}, reward=0.75)
+    for c in (a, b):
+        c.update(rewards=c["turns"][-1]["rewards"], reward=c["turns"][-1]["reward"])
+    _ingest(run, [step_event(1), event])
+    return run
+
+
+def test_what_if_rescoring_credits_each_turn_as_discounted_training_did(client_alice, user, problem_set):
+    """POST /api/runs/{id}/rescore on a ``reward.turns: discounted`` run: one advantage per stored turn."""
+    run = discounted_repair_run(user, problem_set)
+    r = client_alice.post(f"/api/runs/{run.pk}/rescore", {"weights": {"pass_rate": 1.0, "syntax": 0.0}},
+                          content_type="application/json")
+    assert r.status_code == 200, r.content
+    data = r.json()
+    first, second = data["problems"][0]["candidates"]
+    # before: A's returns (0.5 + 0.5 * 1.0, 1.0), B's 0.75; pool mean 11/12 -> (1/12, 1/12, -1/6)
+    # after:  A's returns (0 + 0.5 * 1.0, 1.0), B's 0.5;    pool mean 2/3   -> (-1/6, 1/3, -1/6)
+    assert [(t["return_before"], t["return_after"]) for t in first["turns"]] == [(1.0, 0.5), (1.0, 1.0)]
+    assert [t["advantage_before"] for t in first["turns"]] == pytest.approx([1 / 12, 1 / 12], abs=1e-6)
+    assert [t["advantage_after"] for t in first["turns"]] == pytest.approx([-1 / 6, 1 / 3], abs=1e-6)
+    assert [t["sign_flip"] for t in first["turns"]] == [True, False] and first["sign_flip"]
+    assert second["turns"] is None  # passed at once: stored as a one-turn candidate, a trajectory of one turn
+    assert second["advantage_before"] == pytest.approx(-1 / 6, abs=1e-6) and not second["sign_flip"]
+    assert (first["reward_before"], first["reward_after"]) == (1.0, 0.5)  # the trajectory's return
+    assert data["summary"]["sign_flips"] == pytest.approx(1 / 3)  # one of three turn advantages
+    assert data["steps"][0]["rank_corr"] == pytest.approx(0.5)
