@@ -290,6 +290,16 @@ def feedback_token_budget(feedback: Any, sampling: Any) -> int:
     return chars
 
 
+def engine_prompt_tokens(tokenizer: Any, problems: Sequence[Any], sampling: Any, feedback: Any) -> int:
+    """The longest prompt an engine may be sent for ``problems``: the longest turn-1 prompt, plus, with
+    ``sampling.turns > 1``, every earlier turn's reply and feedback (``feedback_token_budget``). Sizes a
+    vLLM server's context (``vllm.max_model_len`` null), whose requests past it are refused."""
+    longest = max(len(tokenizer(build_prompt(p, tokenizer, sampling.prompt_style, sampling.thinking))["input_ids"])
+                  for p in problems)
+    later = (sampling.turns - 1) * (sampling.max_new_tokens + feedback_token_budget(feedback, sampling))
+    return longest + later
+
+
 def turn_metrics(candidates: Sequence[CandidateRecord], turns: int) -> dict[str, float]:
     """``pass@1/turn1``, ``pass@1/final``, ``repair/rate`` (of the trajectories failing at turn 1, the
     share passing by their last turn; 0 when none failed), ``turns/mean`` and ``reward/turn<t>`` (mean

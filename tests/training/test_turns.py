@@ -304,6 +304,22 @@ def test_a_failing_turn_gets_the_feedback_and_a_second_turn_on_one_exact_token_s
     assert metrics["reward/turn1"] == pytest.approx((2 * first["reward"] + 2 * rollout.candidates[2].reward) / 4)
 
 
+def test_an_engine_is_sized_for_a_later_turns_prompt_and_a_real_feedback_fits_the_budget(tokenizer, runner):
+    from training.config import FeedbackConfig
+    from training.generation import build_prompt
+    from training.turns import engine_prompt_tokens, feedback_token_budget
+
+    problems, feedback = _problems("add", "sub"), FeedbackConfig()
+    first = max(len(tokenizer(build_prompt(p, tokenizer, "chat", False))["input_ids"]) for p in problems)
+    assert engine_prompt_tokens(tokenizer, problems, _sampling(turns=1), feedback) == first
+    three = _sampling(turns=3, max_new_tokens=16)
+    assert engine_prompt_tokens(tokenizer, problems, three, feedback) == first + 2 * (
+        16 + feedback_token_budget(feedback, three))
+    _, pending, _ = _scripted_rollout(tokenizer, runner)
+    told = [tr.turns[0].feedback_ids for tr in pending.trajectories if len(tr.turns) == 2]
+    assert told and max(map(len, told)) <= feedback_token_budget(feedback, _sampling())
+
+
 def test_with_a_thinking_template_that_drops_old_thinking_the_trajectory_keeps_every_token(tokenizer, runner):
     from training.generation import build_prompt
 
