@@ -431,13 +431,28 @@ def test_a_one_turn_run_takes_todays_path(tmp_path, qwen3_model_dir, train_probl
         raise AssertionError("a one-turn run must not build trajectories")
 
     monkeypatch.setattr(turns, "start_trajectories", refuse)
+    steady = {"weights": {"efficiency": 0.0}}  # no timing in the rewards: two runs can be compared exactly
     cfg = tiny_run_config(qwen3_model_dir, train_problems_file, train={"steps": 1},
-                          sampling={"prompt_style": "chat", "max_new_tokens": 8})
+                          sampling={"prompt_style": "chat", "max_new_tokens": 8}, reward=steady)
     assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
     events = read_events(tmp_path / "run" / "events.jsonl")
     metrics = next(e for e in events if e["event"] == "step")["metrics"]
     assert not any(k.startswith(("pass@1/turn", "repair/", "turns/", "reward/turn")) for k in metrics)
     assert all("turns" not in c for e in events if e["event"] == "problem" for c in e["candidates"])
+
+    # The multi-turn settings change nothing in a one-turn run: the same candidates, rewards and update.
+    other = tiny_run_config(qwen3_model_dir, train_problems_file, train={"steps": 1},
+                            sampling={"prompt_style": "chat", "max_new_tokens": 8},
+                            reward={**steady, "turns": "discounted", "turn_discount": 0.9},
+                            feedback={"tests_shown": 1, "stderr_chars": 10, "include_code": True})
+    assert train(other, tmp_path / "other", runner=runner, progress=False) == "succeeded"
+    again = read_events(tmp_path / "other" / "events.jsonl")
+    scored = lambda evs: [(c["code"], c["reward"], c["rewards"]) for e in evs  # noqa: E731
+                          if e["event"] == "problem" for c in e["candidates"]]
+    assert scored(again) == scored(events) and len(scored(events)) == 8
+    step = next(e for e in again if e["event"] == "step")["metrics"]
+    for key in ("reward/mean", "loss/policy", "grad_norm", "entropy", "clip_frac"):
+        assert step[key] == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
 
 
 @pytest.mark.parametrize("credit", ["discounted"])

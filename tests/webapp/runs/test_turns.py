@@ -100,8 +100,8 @@ def test_a_flag_raised_by_an_earlier_turn_is_found_by_the_flag_filter_and_shown_
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["models/tiny", "models/tiny-qwen3_5"], ids=["qwen3", "qwen3_5"])
-def test_a_two_turn_run_trains_evaluates_and_checkpoints_through_a_worker(celery_worker, user, models_dir, settings,
-                                                                          client, model):
+def test_a_two_turn_run_trains_evaluates_checkpoints_and_resumes_through_a_worker(celery_worker, user, models_dir,
+                                                                                  settings, client, model):
     import time as _time
 
     from webapp.runs.models import Candidate, Checkpoint, Eval, Run, StepMetric
@@ -109,27 +109,38 @@ def test_a_two_turn_run_trains_evaluates_and_checkpoints_through_a_worker(celery
 
     from .conftest import DEMO, demo_config, make_problem_set
 
+    def wait(statuses):
+        deadline = _time.monotonic() + 600
+        while Run.objects.get(pk=run.pk).status not in statuses:
+            assert _time.monotonic() < deadline, "the run did not finish"
+            _time.sleep(0.3)
+        run.refresh_from_db()
+        return run.status
+
     settings.MODELS_DIR = models_dir
+    client.force_login(user)
     problem_set = make_problem_set(user, "demo", DEMO.read_bytes())
-    config = demo_config(steps=2, model=model)
+    config = demo_config(steps=3, model=model)
     config["sampling"].update({"prompt_style": "chat", "turns": 2, "max_new_tokens": 24})
     run = create_run(user, "two turns", problem_set, config)
     deadline = _time.monotonic() + 600
-    while Run.objects.get(pk=run.pk).status not in ("succeeded", "failed", "cancelled"):
-        assert _time.monotonic() < deadline, "the run did not finish"
+    while not StepMetric.objects.filter(run=run).exists():  # stopped after its first step, then resumed
+        assert _time.monotonic() < deadline and Run.objects.get(pk=run.pk).status not in ("failed", "succeeded")
         _time.sleep(0.3)
-    run.refresh_from_db()
-    assert run.status == "succeeded", run.error
-    metrics = StepMetric.objects.get(run=run, step=2).metrics
+    assert client.post(f"/api/runs/{run.pk}/cancel").status_code == 200
+    assert wait(("cancelled", "failed", "succeeded")) == "cancelled", run.error
+    assert client.post(f"/api/runs/{run.pk}/resume").status_code == 200
+    assert wait(("succeeded", "failed", "cancelled")) == "succeeded", run.error
+    assert list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [1, 2, 3]
+    metrics = StepMetric.objects.get(run=run, step=3).metrics
     assert {"pass@1/turn1", "pass@1/final", "repair/rate", "turns/mean"} <= set(metrics)
     assert 1.0 <= metrics["turns/mean"] <= 2.0
     train = Candidate.objects.filter(run=run, phase="train")
-    assert train.count() == 2 * 2 * 2
+    assert train.count() == 3 * 2 * 2
     two = [c for c in train if c.turns and len(c.turns) == 2]
     assert two, "an untrained tiny model fails its first turn: some candidate must have a second"
     assert any(t.get("feedback") for t in two[0].turns)  # what the model was told between its turns
-    assert Eval.objects.filter(run=run).exists() and Checkpoint.objects.filter(run=run, step=2).exists()
-    client.force_login(user)
+    assert Eval.objects.filter(run=run).exists() and Checkpoint.objects.filter(run=run, step=3).exists()
     served = client.get(f"/api/runs/{run.pk}/problems/{two[0].problem_id}/candidates?step={two[0].step}").json()
     assert any(len(c.get("turns") or []) == 2 for c in served)
 
