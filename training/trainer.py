@@ -617,19 +617,12 @@ class Trainer:
 
     def _make_engine(self) -> Any:
         cfg = self.config
-        from training.generation import build_prompt
-
         max_prompt = None
         if cfg.sampling.engine == "vllm" and cfg.vllm.url is None and cfg.vllm.max_model_len is None:
-            thinking = cfg.sampling.thinking
-            max_prompt = max(len(self.tokenizer(build_prompt(p, self.tokenizer, cfg.sampling.prompt_style,
-                                                             thinking))["input_ids"])
-                             for p in self.train_problems + self.heldout_problems)
-            if cfg.sampling.turns > 1:  # a later turn's prompt holds the earlier replies and feedback
-                from training.turns import feedback_token_budget
+            from training.turns import engine_prompt_tokens  # later turns: earlier replies and feedback too
 
-                max_prompt += (cfg.sampling.turns - 1) * (cfg.sampling.max_new_tokens
-                                                          + feedback_token_budget(cfg.feedback, cfg.sampling))
+            max_prompt = engine_prompt_tokens(self.tokenizer, self.train_problems + self.heldout_problems,
+                                              cfg.sampling, cfg.feedback)
         log = (lambda line: print(line, file=sys.stderr, flush=True)) if self.accelerator.is_main_process else None
         return make_engine(cfg, self.accelerator.unwrap_model(self.model), self.tokenizer, run_dir=self.out_dir,
                            chunks=self.rollout_chunks, stop=self.stop.requested, log=log, max_prompt_tokens=max_prompt)
@@ -805,10 +798,8 @@ def _discounted_advantages(cfg: RunConfig, rollout: Rollout, token_turns: torch.
     k = cfg.sampling.candidates_per_problem
     cands = rollout.candidates
     groups = [[c.turn_rewards for c in cands[g * k:(g + 1) * k]] for g in range(len(rollout.problems))]
-    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount)
-                for adv in group]
-    if cfg.reward.clip is not None:
-        per_turn = [[max(-cfg.reward.clip, min(cfg.reward.clip, a)) for a in adv] for adv in per_turn]
+    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount,
+                                                 clip=cfg.reward.clip) for adv in group]
     return token_advantages(per_turn, token_turns.cpu())  # (N, C)
 
 

@@ -148,9 +148,25 @@
                      flipped ? "the advantage changes sign" : ""),
                 cell(before.get(key) + " → " + after.get(key)));
       var td = document.createElement("td"); td.append(open); tr.append(td);
+      if (c.turns) turnLines(tr, c.turns);
       return tr;
     }));
     document.getElementById("whatif-problem").hidden = false;
+  }
+
+  // A multi-turn candidate: under its reward and advantage, each turn's own reward and the advantage its
+  // tokens get (with discounted credit, one per turn, from the turn's return).
+  function turnLines(tr, turns) {
+    var cells = tr.querySelectorAll("td");
+    turns.forEach(function (t, i) {
+      var reward = document.createElement("div"), adv = document.createElement("div");
+      reward.className = adv.className = "muted small whatif-turn";
+      reward.textContent = "turn " + (i + 1) + ": " + num(t.reward_before) + " → " + num(t.reward_after);
+      reward.title = "the turn's own reward; its return " + num(t.return_before) + " → " + num(t.return_after);
+      adv.textContent = "turn " + (i + 1) + ": " + num(t.advantage_before) + " → " + num(t.advantage_after);
+      if (t.sign_flip) adv.classList.add("whatif-flip");
+      cells[3].append(reward); cells[4].append(adv);
+    });
   }
 
   // A candidate's code and tests: the run page's candidates fragment for its step, this candidate only.
