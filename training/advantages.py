@@ -116,6 +116,19 @@ def turn_advantages(name: str, groups: Sequence[Sequence[Sequence[float]]], gamm
     return out
 
 
+def zero_variance_turn_groups(groups: Sequence[Sequence[Sequence[float]]], gamma: float,
+                               atol: float = 1e-8) -> torch.Tensor:
+    """``reward.turns: discounted``: groups with no signal, i.e. whose pool of turn returns (as
+    ``turn_advantages`` pools them) is one value, so every turn's advantage is zero. Judging by the final
+    rewards instead would set aside a group where every trajectory ends up passing, some at once and
+    some after a repair: the difference discounted credit exists to teach. -> (P,) bool"""
+    out = []
+    for group in groups:
+        pool = [r for turns in group for r in discounted_returns(turns, gamma)]
+        out.append(bool(pool) and max(pool) - min(pool) <= atol)
+    return torch.tensor(out, dtype=torch.bool)
+
+
 def token_advantages(per_turn: Sequence[Sequence[float]], token_turns: torch.Tensor) -> torch.Tensor:
     """Each completion token's advantage: its turn's entry of ``per_turn`` (one list per sequence), 0 on
     feedback tokens and padding (``token_turns`` -1). token_turns: (N, C) -> (N, C)"""

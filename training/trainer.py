@@ -49,7 +49,7 @@ import torch
 from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
 from training.advantages import (clip_advantages, compute_advantages, token_advantages, turn_advantages,
-                                 zero_variance_groups)
+                                 zero_variance_groups, zero_variance_turn_groups)
 from training.config import RunConfig, config_to_dict
 from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
 from training.engines import make_engine
@@ -253,7 +253,7 @@ class Trainer:
             drawn = sample_informative(
                 picked, per_step=cfg.sampling.problems_per_step, max_rounds=cfg.sampling.max_rounds,
                 num_problems=len(self.train_problems), seed=cfg.train.seed, step=step,
-                roll=lambda indices, round_: self._roll(indices, step, round_))
+                roll=lambda indices, round_: self._roll(indices, step, round_), zero_variance=self._zero_variance)
             if drawn is None:
                 return None
             rollout, sampled = drawn.kept(), drawn.sampled()
@@ -291,7 +291,7 @@ class Trainer:
             else:
                 advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
                 advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
-            zero_var = zero_variance_groups(rollout.rewards)  # (P,)
+            zero_var = self._zero_variance(rollout)  # (P,)
             k = cfg.sampling.candidates_per_problem
             keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
             keep = keep.repeat_interleave(k)  # (N,)
@@ -313,7 +313,7 @@ class Trainer:
         update_s = time.monotonic() - t_up + logprob_s
 
         # Metrics and problem events cover every sampled group (all rounds): what the policy did.
-        zero_var = zero_variance_groups(sampled.rewards)  # (P_sampled,)
+        zero_var = self._zero_variance(sampled)  # (P_sampled,)
         metrics = _rollout_metrics(sampled, zero_var)
         if cfg.sampling.turns > 1:
             metrics.update(turn_metrics(sampled.candidates, cfg.sampling.turns))
@@ -349,6 +349,17 @@ class Trainer:
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
             feedback=cfg.feedback)
+
+    def _zero_variance(self, rollout: Rollout) -> torch.Tensor:
+        """Groups with no learning signal. -> (P,) bool. With discounted per-turn credit a group is judged
+        by its turns' returns (``zero_variance_turn_groups``), else by its candidates' rewards."""
+        cfg = self.config
+        if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":
+            k = cfg.sampling.candidates_per_problem
+            groups = [[c.turn_rewards for c in rollout.candidates[g * k:(g + 1) * k]]
+                      for g in range(len(rollout.problems))]
+            return zero_variance_turn_groups(groups, cfg.reward.turn_discount)
+        return zero_variance_groups(rollout.rewards)
 
     def _sync_engine(self, step: int) -> float | None:
         """Make the engine sample the policy as it is after ``step``'s update (hf samples the model in
