@@ -311,6 +311,18 @@
       eta = "loading the model and sampling the first step…";
     }
     document.getElementById("run-eta").textContent = eta;
+    drawStats(steps);
+  }
+
+  // The headline strip: the newest step's reward, train pass@1 and KL ("—" until a step reports them).
+  function drawStats(steps) {
+    var newest = steps.length ? metrics.get(steps[steps.length - 1]).metrics : {};
+    function show(id, value, text) {
+      document.getElementById(id).textContent = typeof value === "number" && isFinite(value) ? text(value) : "—";
+    }
+    show("stat-reward", newest["reward/mean"], function (v) { return v.toFixed(3); });
+    show("stat-train-pass", newest["pass@1/train"], function (v) { return Math.round(v * 100) + "%"; });
+    show("stat-kl", newest.kl, function (v) { return v === 0 ? "0" : Math.abs(v) < 0.001 ? v.toExponential(1) : v.toPrecision(2); });
   }
 
   function drawHeadline() {

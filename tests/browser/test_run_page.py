@@ -256,3 +256,55 @@ def test_the_best_checkpoint_is_marked(page, live_server_url, finished, output_d
     row = page.locator("#checkpoints tr.best-checkpoint")
     assert row.count() == 1 and "75%" in row.inner_text() and "best" in row.inner_text()
     row.locator("xpath=ancestor::section[1]").screenshot(path=str(output_dir / "run-checkpoints.png"))
+
+
+def test_the_curves_start_above_the_fold_under_a_headline_strip(browser, live_server_url, finished, output_dir):
+    from tests.browser.test_run_flow import wait_until
+
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    try:
+        login(page, live_server_url, "alice", "alice-password-1")
+        page.goto(f"{live_server_url}/runs/{finished.pk}/")
+        wait_until(page, "document.getElementById('chart-reward').data !== undefined", 10)
+        first_chart = page.locator("#charts-main .chart").first
+        assert first_chart.get_attribute("id") == "chart-reward"
+        box = first_chart.bounding_box()
+        # At least half of the 300 px chart shows without scrolling.
+        assert box["y"] + 150 <= 900, f"the first chart starts at y={box['y']}, below the fold of a 1440x900 window"
+        charts_bottom = page.locator("#charts-main").bounding_box()
+        for section in ("#runtime-card", "#checkpoints"):
+            assert page.locator(section).bounding_box()["y"] > charts_bottom["y"] + charts_bottom["height"], section
+        strip = page.locator("#headline-strip")
+        assert "25% → 75%" in strip.locator("#headline").inner_text()
+        assert page.locator("#stat-reward").inner_text() == "0.600"  # the newest step's
+        assert page.locator("#stat-kl").inner_text() == "0.0030"
+        assert page.locator("#stat-train-pass").inner_text() == "—"  # not reported by these events
+        page.screenshot(path=str(output_dir / "run-above-the-fold.png"))
+    finally:
+        context.close()
+
+
+def test_folded_sections_stay_folded_in_this_browser(browser, page, live_server_url, finished):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    checkpoints = page.locator("details[data-fold='run-checkpoints']")
+    assert checkpoints.get_attribute("open") is not None and page.locator("#checkpoints").is_visible()
+    checkpoints.locator("summary").click()
+    assert not page.locator("#checkpoints").is_visible()
+    page.reload()
+    assert not page.locator("#checkpoints").is_visible()
+    assert page.locator("#runtime").is_visible() and page.locator("#health").is_visible()  # the others stay open
+    page.locator("details[data-fold='run-checkpoints'] summary").click()
+    page.locator("details[data-fold='run-runtime'] summary").click()
+    page.reload()
+    assert page.locator("#checkpoints").is_visible() and not page.locator("#runtime").is_visible()
+
+    other = browser.new_context()  # another browser keeps its own choices
+    try:
+        fresh = other.new_page()
+        login(fresh, live_server_url, "alice", "alice-password-1")
+        fresh.goto(f"{live_server_url}/runs/{finished.pk}/")
+        assert fresh.locator("#runtime").is_visible()
+    finally:
+        other.close()

@@ -190,6 +190,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "run_id": run.pk,
         "integrity": integrity.panel(run),
         "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
+        # "Compare with…": the newest runs this user sees, those on the same problem set first.
+        "compare_candidates": sorted(
+            Run.objects.visible_to(request.user).exclude(pk=run.pk).only("id", "name", "status", "problem_set_id")[:30],
+            key=lambda r: r.problem_set_id != run.problem_set_id),
     })
 
 
@@ -389,10 +393,12 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_GET
 def run_compare(request: HttpRequest) -> HttpResponse:
-    raw = [x for x in request.GET.get("ids", "").split(",") if x.strip()]
+    # ids=1,2 (the runs list) or ids=1&ids=2 (the run page's "Compare with…" form), or both.
+    raw = [x for value in request.GET.getlist("ids") for x in value.split(",") if x.strip()]
     ids = [int_param(x) for x in raw]
     if None in ids:
-        messages.error(request, f"ids must be run numbers separated by commas, got {request.GET.get('ids')[:100]!r}")
+        given = ",".join(request.GET.getlist("ids"))
+        messages.error(request, f"ids must be run numbers separated by commas, got {given[:100]!r}")
         return redirect("run-list")
     ids = list(dict.fromkeys(ids))
     runs = {r.pk: r for r in Run.objects.visible_to(request.user).select_related("problem_set").filter(pk__in=ids)}
