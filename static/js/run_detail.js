@@ -62,8 +62,15 @@
      label: function (k) { return k === "completion_len/max" ? "longest" : k === "completion_len/mean" ? "mean" : k.slice(15); }},
     // Where the learning signal comes from: groups whose candidates differ in reward. With dynamic
     // sampling (sampling/*) the step draws more problems until problems_per_step groups are informative.
+    // Without dynamic sampling the trainer reports only zero_variance_groups: every step samples and
+    // uses problems_per_step groups, drawn as a dashed reference so the one measured line reads against it.
     {id: "chart-groups", title: "Groups per step: sampled, used, zero-variance",
-     y: {title: {text: "groups (rounds)"}, rangemode: "tozero", tickformat: "d"}, total: "sampling/groups_kept",
+     y: {title: {text: "groups per step"}, rangemode: "tozero", tickformat: "d"}, total: "sampling/groups_kept",
+     reference: function (keys) {
+       var n = (state.config_facts || {}).problems_per_step;
+       if ((state.config_facts || {}).dynamic || keys.some(function (k) { return k.indexOf("sampling/") === 0; }) || !n) return null;
+       return {value: n, name: "sampled = used: " + n + " (no dynamic sampling)"};
+     },
      keys: function (k) { return k.indexOf("sampling/") === 0 || k === "zero_variance_groups"; },
      label: function (k) {
        return {"sampling/groups_sampled": "sampled (every round)", "sampling/groups_kept": "used by the update",
@@ -174,6 +181,13 @@
         }
         traces.push(trace);
       });
+      var reference = chart.reference && traces.length ? chart.reference(keys) : null;
+      if (reference) {
+        var refXs = traces[traces.length - 1].x;
+        traces.push({x: refXs, y: refXs.map(function () { return reference.value; }), name: reference.name, meta: "guide",
+                     mode: "lines", type: "scatter", line: {dash: "dash", width: 1.5, color: "#6b7280"},
+                     hovertemplate: "%{y}<extra>" + reference.name + "</extra>"});
+      }
       if (chart.evals) {
         var byStep = evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; })
           .sort(function (a, b) { return a.step - b.step; })

@@ -308,3 +308,30 @@ def test_folded_sections_stay_folded_in_this_browser(browser, page, live_server_
         assert fresh.locator("#runtime").is_visible()
     finally:
         other.close()
+
+
+def test_the_groups_chart_has_a_legend_and_the_groups_a_step_samples(page, live_server_url, user, settings, tmp_path):
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "no dynamic sampling", make_problem_set(user), TINY_OVERRIDES)  # 2 problems a step
+    run.claim(host="h", pid=1)
+    events = [step_event(s) for s in (1, 2, 3)]
+    for e, zero_variance in zip(events, (2, 1, 0)):
+        e["metrics"]["zero_variance_groups"] = zero_variance
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "document.getElementById('chart-groups').data !== undefined", 10)
+    groups = _chart(page, "chart-groups")
+    names = [t["name"] for t in groups["data"]]
+    assert names == ["zero variance (no signal)", "sampled = used: 2 (no dynamic sampling)"]
+    assert groups["data"][1]["y"] == [2, 2, 2] and groups["data"][0]["y"] == [2, 1, 0]
+    assert page.evaluate("document.getElementById('chart-groups').layout.showlegend") is True
+    assert page.locator("#chart-groups .legend .traces").count() == 2  # drawn, not only configured

@@ -249,14 +249,16 @@ def run_integrity(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _config_facts(config: dict) -> dict:
-    """What the run page needs to know which panels are 0 by construction (clip fraction, KL)."""
+    """What the run page needs to know which panels are 0 by construction (clip fraction, KL), and the
+    groups a step samples without dynamic sampling (the groups chart's reference line)."""
     if not config:
         return {}
     ppo, sampling = config.get("ppo", {}), config.get("sampling", {})
     batch = sampling.get("problems_per_step", 0) * sampling.get("candidates_per_problem", 0)
     minibatch = ppo.get("minibatch_size")
     return {"epochs_per_batch": ppo.get("epochs_per_batch"), "kl_coef": ppo.get("kl_coef"),
-            "single_minibatch": minibatch is None or minibatch >= batch}
+            "single_minibatch": minibatch is None or minibatch >= batch,
+            "problems_per_step": sampling.get("problems_per_step"), "dynamic": bool(sampling.get("dynamic"))}
 
 
 def _reward_note(dimension: str, value, candidate: dict) -> str:
