@@ -56,6 +56,10 @@ def test_a_user_estimates_a_sets_difficulty_and_sees_the_pass_rates(page, live_s
     assert "models/tiny" in card and "2 samples per problem" in card
     assert "impossible" in page.locator("#probe-unsolved").inner_text()
     page.wait_for_selector("#probe-histogram .main-svg")  # plotly drew the histogram
+    bars = page.evaluate("(() => { const gd = document.getElementById('probe-histogram');"
+                         " return [Array.from(gd.data[0].x), Array.from(gd.data[0].y), gd.layout.xaxis.type]; })()")
+    assert bars[0] == ["0/2", "1/2", "2/2"] and sum(bars[1]) == len(PROBLEMS) and bars[2] == "category"
+    assert page.input_value("#probe-form input[name=samples]") == "2"  # the form keeps the sample count
     rates = page.locator("#problems td.probe-rate").all_inner_texts()
     assert len(rates) == len(PROBLEMS) and rates[1] == "0.00"
     assert all(r in ("0.00", "0.50", "1.00") for r in rates)
