@@ -11,7 +11,7 @@
   var health = Object.assign({}, state.health.counts);
   var lastSeq = state.last_seq;
   var finished = ["succeeded", "failed", "cancelled"].indexOf(run.status) >= 0;
-  var openProblem = null, openStatus = "failed", openFlag = "", openStep = null;
+  var openProblem = null, openStatus = "failed", openFlag = "", openStep = null, openPage = 1;
 
   state.metrics.forEach(function (m) { metrics.set(m.step, {metrics: m.metrics, time: m.time}); });
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
@@ -487,7 +487,11 @@
   // status: "failed", "passed" or "" (all); flag: a flag name or "" (any); focus: {step, index} of a
   // candidate to open and scroll to once loaded; step: only that step's candidates (a held-out problem:
   // that evaluation's samples; null or "": every step; undefined: keep the current choice).
-  function loadCandidates(problemId, status, flag, focus, step) {
+  // page: which 50 (1: the newest; undefined: the same page while problem, status, flag and step stay).
+  function loadCandidates(problemId, status, flag, focus, step, page) {
+    var samePick = openProblem === problemId && openStatus === status && openFlag === (flag || "") &&
+      (step === undefined || openStep === (step === null || step === "" ? null : Number(step)));
+    openPage = page !== undefined ? Number(page) : samePick ? openPage : 1;
     if (openProblem !== problemId) {
       openProblem = problemId;
       document.querySelectorAll("#problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
@@ -500,6 +504,7 @@
     if (status) query.set("status", status);
     if (openFlag) query.set("flag", openFlag);
     if (openStep !== null) query.set("step", openStep);
+    if (openPage > 1) query.set("page", openPage);
     var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" +
       (query.toString() ? "?" + query : "");
     fetch(url, {credentials: "same-origin"}).then(function (r) {
@@ -510,13 +515,13 @@
       // A live refresh of the same problem keeps the candidates the user expanded or collapsed.
       var stepText = openStep === null ? "" : String(openStep);
       var same = box.dataset.problem === problemId && box.dataset.status === (status || "") &&
-        box.dataset.flag === openFlag && box.dataset.step === stepText;
+        box.dataset.flag === openFlag && box.dataset.step === stepText && box.dataset.page === String(openPage);
       var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
         return [d.dataset.step + ":" + d.dataset.index, d.open];
       }) : [];
       box.innerHTML = html;  // server-rendered, escaped by the template
       box.dataset.problem = problemId; box.dataset.status = status || ""; box.dataset.flag = openFlag;
-      box.dataset.step = stepText;
+      box.dataset.step = stepText; box.dataset.page = String(openPage);
       if (open.length) {
         var wasOpen = new Map(open);
         box.querySelectorAll("details.candidate").forEach(function (d) {
@@ -537,10 +542,11 @@
     });
   }
   document.getElementById("candidates").addEventListener("click", function (e) {
-    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step], a[data-step-filter]");
+    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step], a[data-step-filter], a[data-page]");
     if (!a) return;
     e.preventDefault();
-    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
+    if ("page" in a.dataset) loadCandidates(openProblem, openStatus, openFlag, null, undefined, a.dataset.page);
+    else if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
     else if ("flag" in a.dataset) loadCandidates(openProblem, openStatus, a.dataset.flag);
     else loadCandidates(openProblem, openStatus, openFlag, null,
                         "evalStep" in a.dataset ? a.dataset.evalStep : a.dataset.stepFilter);

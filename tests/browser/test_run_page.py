@@ -335,3 +335,41 @@ def test_the_groups_chart_has_a_legend_and_the_groups_a_step_samples(page, live_
     assert groups["data"][1]["y"] == [2, 2, 2] and groups["data"][0]["y"] == [2, 1, 0]
     assert page.evaluate("document.getElementById('chart-groups').layout.showlegend") is True
     assert page.locator("#chart-groups .legend .traces").count() == 2  # drawn, not only configured
+
+
+def test_the_candidate_inspector_pages_through_every_candidate(page, live_server_url, user, settings, tmp_path):
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+    from webapp.runs.services import create_run
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "many candidates", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    events = []
+    for s in (1, 2, 3):  # 3 steps x 25 failed candidates of one problem: 75, more than a page of 50
+        events += [step_event(s), problem_event(s, "HumanEval/0", ("failed",) * 25)]
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+
+    def listed():
+        return page.evaluate("Array.from(document.querySelectorAll('#candidates details.candidate'))"
+                             ".map(d => d.dataset.step + ':' + d.dataset.index)")
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    page.locator("#problems tr[data-problem='HumanEval/0']").click()
+    page.wait_for_selector("#candidate-pages")
+    assert "75 failed candidates, 1–50 shown" in page.inner_text("#candidates")
+    first = listed()
+    assert len(first) == 50 and first[0] == "3:0"  # newest first
+    page.click("#candidate-pages a:has-text('older 25')")
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 25", 10)
+    second = listed()
+    assert "51–75 shown" in page.inner_text("#candidates") and second[-1] == "1:24"
+    assert not set(first) & set(second) and len(set(first) | set(second)) == 75  # every candidate, once
+    page.click("#candidate-pages a:has-text('newer 50')")
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 50", 10)
+    assert listed() == first

@@ -315,6 +315,10 @@ SET_ASIDE_TEXT = {
 """Why a candidate's group was left out of the update (the problem event's ``set_aside``)."""
 
 
+CANDIDATES_PAGE = 50
+"""Candidates per page of the run page's inspector (newest first; ?page=2 the next 50, and so on)."""
+
+
 @require_GET
 def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpResponse:
     """HTML fragment: a problem's candidates, code highlighted server-side; ``flag`` keeps those whose
@@ -335,7 +339,13 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     listed = queries.candidates(run, problem_id, status=status, step=step, phase=phase)
     flag_counts = integrity.flag_counts(listed)
     candidates = [c for c in listed if flag in integrity.carried_flags(c)] if flag else listed
-    shown = candidates[:50]
+    pages = max(1, -(-len(candidates) // CANDIDATES_PAGE))
+    raw_page = request.GET.get("page")
+    page = int_param(raw_page) if raw_page else 1
+    if page is None or not 1 <= page <= pages:
+        raise Http404(f"page must be a whole number from 1 to {pages}")
+    first = (page - 1) * CANDIDATES_PAGE
+    shown = candidates[first:first + CANDIDATES_PAGE]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
@@ -349,6 +359,8 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
                     for name in FLAGS if name in flag_counts or name == flag]
     return render(request, "runs/_candidates.html", {
         "run": run, "problem_id": problem_id, "candidates": shown, "total": len(candidates),
+        "page": page, "pages": pages, "first": first + 1, "last": first + len(shown),
+        "newer": min(CANDIDATES_PAGE, first), "older": min(CANDIDATES_PAGE, len(candidates) - first - len(shown)),
         "status": status or "all", "flag": flag or "", "flag_filters": flag_filters, "step": step,
         "heldout": heldout is not None, "evaluations": evaluations,
         "eval_filters": _eval_filters(run, evaluations, step) if heldout else [],
