@@ -5,7 +5,6 @@ import json
 
 from django.db import connection
 from django.db.models import Count, Q
-from django.utils import timezone
 
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
 
@@ -69,6 +68,7 @@ def experiment_rows(runs) -> list[dict]:
         rows.append({"run": run, "before": points[0][1] if points else None,
                      "after": points[-1][1] if len(points) > 1 else None,
                      "best": max(p for _, p in points) if points else None,
+                     "best_step": max(points, key=lambda point: point[1])[0] if points else None,
                      "reward": reward if isinstance(reward, (int, float)) else None,
                      "duration_s": (end - run.started).total_seconds() if run.started and end else None})
         rows[-1]["duration"] = duration_text(rows[-1]["duration_s"])
@@ -214,32 +214,6 @@ def headline(run_evals: list[dict], split: str = "heldout") -> dict | None:
     before, after = points[0]["pass@1"] * 100, points[-1]["pass@1"] * 100
     return {"split": split, "before": round(before), "after": round(after), "delta": round(after) - round(before),
             "before_step": points[0]["step"], "after_step": points[-1]["step"]}
-
-
-def compare_row(run: Run, run_metrics: list[dict], run_evals: list[dict]) -> dict:
-    """One run's line of the compare page's summary table: None where the run has no such value yet.
-
-    Held-out pass@1 in percent: ``before`` the first evaluation, ``after`` the newest, ``best`` the
-    highest; ``final_reward`` the newest step's ``reward/mean``; ``duration_s`` from start to finish
-    (or to now while it runs; None after a resume, whose span includes the time it sat stopped).
-    """
-    points = [e for e in run_evals if e["split"] == "heldout" and e["pass@1"] is not None]
-    best = max(points, key=lambda e: e["pass@1"]) if points else None
-    newest = run_metrics[-1]["metrics"] if run_metrics else {}
-    reward = newest.get("reward/mean")
-    end = run.finished or (timezone.now() if run.status in ("running", "cancelling") else None)
-    duration = (end - run.started).total_seconds() if run.started and end and not run.resume_count else None
-    config = run.config or {}
-    return {
-        "run": run,
-        "before": round(points[0]["pass@1"] * 100) if points else None,
-        "after": round(points[-1]["pass@1"] * 100) if points else None,
-        "best": round(best["pass@1"] * 100) if best else None, "best_step": best["step"] if best else None,
-        "final_reward": reward if isinstance(reward, (int, float)) else None,
-        "duration_s": duration,
-        "engine": (config.get("sampling") or {}).get("engine", "hf"),
-        "model": (config.get("model") or {}).get("name_or_path", ""),
-    }
 
 
 # ---- the run page's embedded state, spliced from the stored JSON text -----------------------------

@@ -430,17 +430,9 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     diff = [(k, [f.get(k) for f in flats]) for k in keys]
     differing = [(k, [_shown(v) for v in values]) for k, values in diff if len({repr(v) for v in values}) > 1]
     series = [{"id": r.pk, "name": r.name, "metrics": queries.metrics(r), "evals": queries.evals(r)} for r in ordered]
-    summary = [queries.compare_row(r, s["metrics"], s["evals"]) | {"duration": None} for r, s in zip(ordered, series)]
-    for row in summary:
-        row["duration"] = _duration_text(row["duration_s"])
+    # The runs list's numbers (held-out before/after/best, final reward, duration), with what each sampled.
+    rows = {row["run"].pk: row for row in queries.experiment_rows(Run.objects.filter(pk__in=ids))}
+    summary = [rows[r.pk] | {"engine": ((r.config or {}).get("sampling") or {}).get("engine", "hf"),
+                             "model": ((r.config or {}).get("model") or {}).get("name_or_path", "")} for r in ordered]
     return render(request, "runs/compare.html", {"runs": ordered, "differing": differing, "summary": summary,
                                                  "same": len(diff) - len(differing), "series": series})
-
-
-def _duration_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = round(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
