@@ -210,7 +210,11 @@ def test_a_chart_exports_its_data_as_csv(page, live_server_url, finished):
     page.evaluate("localStorage.removeItem('crucible.charts')")
     page.reload()
     wait_until(page, "document.getElementById('chart-kl').data !== undefined", 10)
-    page.hover("#chart-kl")
+    # The toolbar shows without a hover (on hover only, its CSV button went unfound).
+    button = page.locator("#chart-kl .modebar-btn[data-title='Download the data as CSV']")
+    page.mouse.move(0, 0)
+    assert page.evaluate("getComputedStyle(document.querySelector('#chart-kl .modebar-group')).opacity") == "1"
+    assert button.is_visible() and "CSV" in page.inner_text("#chart-export-hint")
     with page.expect_download() as info:
         page.click("#chart-kl .modebar-btn[data-title='Download the data as CSV']")
     download = info.value
