@@ -86,6 +86,20 @@ def test_the_probe_function_chunks_in_order_and_reports_progress(qwen3_model_dir
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
 
+def test_a_set_that_fits_one_generate_is_still_probed_in_chunks_so_progress_moves():
+    from training.probe import CANDIDATES_PER_GENERATE, PROGRESS_CHUNKS, chunk_size
+
+    assert chunk_size(194, 2) == 25  # the demo set: 8 chunks, not 2 of 128
+    assert chunk_size(3, 2) == 1 and chunk_size(1, 1) == 1
+    assert chunk_size(100_000, 8) == CANDIDATES_PER_GENERATE // 8  # a big set: generate batches stay full
+    assert chunk_size(10_000, 512) == 1
+    for problems in (1, 7, 8, 9, 194, 5000):
+        for samples in (1, 2, 8, 64):
+            size = chunk_size(problems, samples)
+            assert size * samples <= max(CANDIDATES_PER_GENERATE, samples)  # one generate's worth at most
+            assert size <= -(-problems // PROGRESS_CHUNKS)  # no chunk bigger than an eighth of the set
+
+
 def error_line(err):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
@@ -126,16 +140,3 @@ def test_an_unknown_split_is_a_usage_error(qwen3_model_dir, probe_problems, caps
     assert exc.value.code == 2
     assert "invalid choice: 'test'" in capsys.readouterr().err
 
-
-def test_a_set_that_fits_one_generate_is_still_probed_in_chunks_so_progress_moves():
-    from training.probe import CANDIDATES_PER_GENERATE, PROGRESS_CHUNKS, chunk_size
-
-    assert chunk_size(194, 2) == 25  # the demo set: 8 chunks, not 2 of 128
-    assert chunk_size(3, 2) == 1 and chunk_size(1, 1) == 1
-    assert chunk_size(100_000, 8) == CANDIDATES_PER_GENERATE // 8  # a big set: generate batches stay full
-    assert chunk_size(10_000, 512) == 1
-    for problems in (1, 7, 8, 9, 194, 5000):
-        for samples in (1, 2, 8, 64):
-            size = chunk_size(problems, samples)
-            assert size * samples <= max(CANDIDATES_PER_GENERATE, samples)  # one generate's worth at most
-            assert size <= -(-problems // PROGRESS_CHUNKS)  # no chunk bigger than an eighth of the set
