@@ -139,4 +139,3 @@ def test_an_unknown_split_is_a_usage_error(qwen3_model_dir, probe_problems, caps
                   "--split", "test"])
     assert exc.value.code == 2
     assert "invalid choice: 'test'" in capsys.readouterr().err
-
