@@ -155,7 +155,7 @@ class BackgroundBuilds:
 
     def __init__(self, commands: dict[str, list[str]], env: dict, say: Callable[[str], None] = _say,
                  output: ServiceOutput | None = None):
-        self.say = say
+        self.say, self.output = say, output
         start = starter(output)
         self.procs = {name: start(f"build-{name}", command, env) for name, command in commands.items()}
         for name in self.procs:
@@ -169,7 +169,9 @@ class BackgroundBuilds:
             if proc.returncode == 0:
                 self.say(f"models/{name} is built")
             else:
-                self.say(f"building models/{name} failed (status {proc.returncode}); the next `make run` tries again")
+                log = f" (its log: {self.output.log_path(f'build-{name}')})" if self.output else ""
+                self.say(f"building models/{name} failed (status {proc.returncode}){log}; the next `make run` "
+                         "tries again")
 
     def stop(self) -> None:
         stop_children(list(self.procs.items()))

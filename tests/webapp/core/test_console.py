@@ -90,3 +90,36 @@ def test_services_write_every_line_to_their_log_and_the_terminal_gets_one_warnin
         log = (tmp_path / "logs" / f"{name}.log").read_text()
         assert log.count(CELERY_INFO) == 2 and ACCESS in log and "SecurityWarning" in log and RUN_STATE in log
     assert output.log_path("web") == tmp_path / "logs" / "web.log"
+
+
+def test_a_failed_background_build_names_its_log(tmp_path):
+    from webapp.launcher import BackgroundBuilds
+
+    said = []
+    output = ServiceOutput(tmp_path / "logs", verbose=False, write=lambda line: None)
+    builds = BackgroundBuilds({"broken": [sys.executable, "-c", "print('no room left'); raise SystemExit(3)"]},
+                              dict(os.environ), say=said.append, output=output)
+    deadline = time.monotonic() + 30
+    while builds.procs and time.monotonic() < deadline:
+        builds.check()
+        time.sleep(0.05)
+    log = tmp_path / "logs" / "build-broken.log"
+    assert any(f"models/broken failed (status 3) (its log: {log})" in line for line in said), said
+    deadline = time.monotonic() + 5
+    while "no room left" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "no room left" in log.read_text()
+
+
+def test_the_ready_screen_names_the_address_the_password_file_the_logs_and_how_to_stop(tmp_path):
+    from webapp.launcher import ready_screen
+
+    (tmp_path / "admin-password.txt").write_text("username: admin\npassword: x\n")
+    output = ServiceOutput(tmp_path / "logs", verbose=False, write=print)
+    screen = "\n".join(ready_screen(8000, tmp_path, output, ["worker-gpu", "worker-sandbox", "web"], verbose=False))
+    assert "http://127.0.0.1:8000/" in screen and str(tmp_path / "admin-password.txt") in screen
+    assert f"{tmp_path / 'logs'}/{{worker-gpu,worker-sandbox,web}}.log" in screen
+    assert "Ctrl-C" in screen and "make run VERBOSE=1" in screen
+    assert len(screen.splitlines()) <= 10  # one screen, with room for what follows
+    verbose = "\n".join(ready_screen(8000, tmp_path, output, ["web"], verbose=True))
+    assert "every service line is printed here too" in verbose
