@@ -727,6 +727,14 @@
       window.getSelection().addRange(range);
     }
   });
+  // "Compare with…": its button waits for a run to be ticked, so it never goes to a one-run compare.
+  var comparePick = document.querySelector(".compare-with-form");
+  var compareButton = comparePick && comparePick.querySelector("button[type=submit]");
+  if (compareButton) {
+    var syncCompare = function () { compareButton.disabled = !comparePick.querySelector("input[type=checkbox]:checked"); };
+    comparePick.addEventListener("change", syncCompare);
+    syncCompare();
+  }
   drawCharts(); drawProgress(); drawProblems(); drawHealth(); drawCheckpoints(state.checkpoints);
   if (run.error) setStatus(run.status, run.error);
   connect();

@@ -125,6 +125,7 @@ def test_the_summary_table_sorts_and_a_run_page_compares_with_a_picked_run(page,
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{finished.pk}/")
     page.click("#compare-with summary")
+    assert page.locator("#compare-with button[type=submit]").is_disabled()  # until another run is ticked
     page.check(f"#compare-with input[name=ids][value='{other.pk}']")
     page.click("#compare-with button[type=submit]")
     page.wait_for_url("**/runs/compare?*")
