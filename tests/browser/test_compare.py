@@ -136,7 +136,8 @@ def test_the_summary_table_sorts_and_a_run_page_compares_with_a_picked_run(page,
 
     summary = page.locator("#compare-summary")
     assert summary.bounding_box()["y"] < page.locator("#compare-main").bounding_box()["y"]  # above the charts
-    assert column(0)[0].startswith(f"#{finished.pk} finished run") and column(0)[1].startswith(f"#{other.pk} not started")
+    names = column(0)
+    assert names[0].startswith(f"#{finished.pk} finished run") and names[1].startswith(f"#{other.pk} not started")
     assert column(1) == ["25%", "—"] and column(2) == ["75%", "—"] and column(3)[0].startswith("75% step 3")
     assert column(4) == ["0.600", "—"] and column(6) == ["3 / 3", "0 / 3"] and column(7) == ["hf", "hf"]
     page.click("#compare-summary th:has-text('Steps')")

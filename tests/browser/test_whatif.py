@@ -30,7 +30,8 @@ def test_other_weights_show_sign_flips_rank_changes_and_candidates_side_by_side(
     page.wait_for_selector("#whatif-steps tr")
     assert page.locator("#whatif-steps tr").count() == 10  # the last 10 steps by default
     assert page.locator("#whatif-steps tr").first.get_attribute("data-step") == "3"
-    assert "Steps 3–12 (asked: the newest 10 stored steps): 80 candidates in 20 groups" in page.inner_text("#whatif-status")
+    assert "Steps 3–12 (asked: the newest 10 stored steps): 80 candidates in 20 groups" in \
+        page.inner_text("#whatif-status")
 
     page.locator("#whatif-problems tr").first.click()
     page.wait_for_selector("#whatif-problem:not([hidden])")

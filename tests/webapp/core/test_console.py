@@ -8,8 +8,10 @@ import time
 
 from webapp.console import Echo, SeenWarnings, ServiceOutput
 
-CELERY_INFO = "[2026-12-02 04:00:00,123: INFO/Beat] Scheduler: Sending due task runs.fail_lost_runs (runs.fail_lost_runs)"
-CELERY_WARNING = "[2026-12-02 04:00:01,000: WARNING/ForkPoolWorker-1] runs [3] lost their worker; their last lines are recorded"
+CELERY_INFO = ("[2026-12-02 04:00:00,123: INFO/Beat] Scheduler: Sending due task runs.fail_lost_runs "
+               "(runs.fail_lost_runs)")
+CELERY_WARNING = ("[2026-12-02 04:00:01,000: WARNING/ForkPoolWorker-1] runs [3] lost their worker; their last lines "
+                  "are recorded")
 RUN_STATE = "[2026-12-02 04:00:02,000: INFO/ForkPoolWorker-1] run #3 “demo”: succeeded at step 200"
 DJANGO_ERROR = "2026-12-02 04:00:03,000 ERROR django.request: Internal Server Error: /runs/3/"
 ACCESS = '127.0.0.1:50312 - - [02/Dec/2026:04:00:04] "GET /runs/3/" 200 18234'
@@ -54,7 +56,8 @@ def test_verbose_shows_every_line():
 
 
 def test_the_same_python_warning_from_two_services_is_shown_once_in_either_mode():
-    warning = ["/venv/celery/platforms.py:905: SecurityWarning: You're running the worker with superuser privileges: this is",
+    warning = ["/venv/celery/platforms.py:905: SecurityWarning: You're running the worker with superuser "
+               "privileges: this is",
                "absolutely not recommended!", "", "User information: uid=0 euid=0 gid=0 egid=0", "",
                "  warnings.warn(SecurityWarning(ROOT_DISCOURAGED.format("]
     for verbose in (False, True):

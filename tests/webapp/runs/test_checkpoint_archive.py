@@ -80,8 +80,11 @@ def test_no_checkpoint_is_best_when_none_beats_the_base_model(client_alice, run)
 
 
 def test_the_archive_carries_the_runs_problems_and_its_card_says_how_to_rerun(client_alice, run, tmp_path):
+    import os
     import subprocess
     import sys
+
+    from .conftest import ROOT
 
     _finished(run)
     [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()
@@ -100,7 +103,7 @@ def test_the_archive_carries_the_runs_problems_and_its_card_says_how_to_rerun(cl
     code = ("from training.config import load_config; from training.cli import load_problems_or_fail; "
             "cfg = load_config('crucible_run.yaml'); print(len(load_problems_or_fail(cfg.problems)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(__import__("pathlib").Path.cwd())})
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == 4  # the small set's problems
 

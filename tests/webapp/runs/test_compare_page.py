@@ -23,7 +23,8 @@ def test_the_compare_page_loads_the_shared_metric_names(client_alice, user, prob
     assert "js/metrics.js" in client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
 
 
-def test_compare_takes_ids_as_repeated_parameters_as_the_run_pages_form_sends_them(client_alice, user, problem_set, run):
+def test_compare_takes_ids_as_repeated_parameters_as_the_run_pages_form_sends_them(client_alice, user, problem_set,
+                                                                                     run):
     other = create_run(user, "other", problem_set, TINY_OVERRIDES)
     html = client_alice.get(f"/runs/compare?ids={run.pk}&ids={other.pk}").content.decode()
     assert "Compare runs" in html and f"#{other.pk} other" in html
