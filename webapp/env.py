@@ -25,6 +25,7 @@ VARIABLES = {
     "CRUCIBLE_DATA_DIR": "runs, checkpoints, uploads, models, embedded Redis socket; default ./var",
     "PORT": "port of the web server started by make run (default 8000)",
     "CRUCIBLE_GPU_WORKERS": "Celery worker processes on queue gpu started by make run (default 1)",
+    "CRUCIBLE_VERBOSE": "1: make run prints every service log line in its terminal, not only warnings, errors and run state changes (make run VERBOSE=1; the lines are always in $CRUCIBLE_DATA_DIR/logs/) (default 0)",
     "CRUCIBLE_HF_OFFLINE": "1: trainers never reach the Hugging Face hub (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE), so a hub id that is not in the local cache fails at once (default 0)",
     "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
     "CRUCIBLE_UPLOAD_MAX_LINES": "most lines read from one problem-set upload, blank ones too (default 100000)",

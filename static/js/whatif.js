@@ -42,6 +42,26 @@
     updateStartLink();
   });
 
+  // The stored range follows the run: a live step's candidates (its `problem` events, stored before they
+  // are sent) extend it, and the empty fields' placeholders say what an empty field asks for now.
+  var storedFrom = panel.dataset.storedFrom === "" ? null : Number(panel.dataset.storedFrom);
+  var storedTo = panel.dataset.storedTo === "" ? null : Number(panel.dataset.storedTo);
+  var defaultSteps = Number(panel.dataset.defaultSteps) || 10;
+  function showStored() {
+    if (storedTo === null) return;
+    document.getElementById("whatif-stored").textContent = "candidates stored for steps " + storedFrom + "–" + storedTo;
+    form.elements["to"].placeholder = storedTo;
+    form.elements["from"].placeholder = Math.max(storedFrom, storedTo - defaultSteps + 1);
+  }
+  document.addEventListener("crucible:run-event", function (e) {
+    var ev = e.detail;
+    if (ev.event !== "problem" || typeof ev.step !== "number" || !(ev.candidates || []).length) return;
+    if (storedTo !== null && ev.step <= storedTo) return;
+    if (storedFrom === null) storedFrom = ev.step;
+    storedTo = ev.step;
+    showStored();
+  });
+
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     var body = {weights: weights()};
@@ -64,6 +84,12 @@
       });
     }).then(function (data) {
       answer = data;
+      answer.asked = body.steps ? "steps " + body.steps[0] + "–" + body.steps[1] : "the newest " + defaultSteps + " stored steps";
+      if (data.range && (storedTo === null || data.range[1] > storedTo)) {  // the server had newer steps
+        storedFrom = storedFrom === null ? data.range[0] : storedFrom;
+        storedTo = data.range[1];
+        showStored();
+      }
       draw(Math.round(performance.now() - started));
     }).catch(function (err) {
       status.textContent = "Could not re-score: " + err.message;
@@ -79,7 +105,9 @@
       return;
     }
     var s = answer.summary;
-    status.textContent = "Steps " + answer.range[0] + "–" + answer.range[1] + ": " + s.candidates + " candidates in " +
+    // The range answered, as the server clamped it, and what was asked.
+    status.textContent = "Steps " + answer.range[0] + "–" + answer.range[1] + " (asked: " + answer.asked + "): " +
+      s.candidates + " candidates in " +
       s.groups + " groups; " + pct(s.sign_flips) + " change the sign of their advantage, mean rank correlation " +
       num(s.rank_corr) + " (" + ms + " ms).";
     var steps = document.getElementById("whatif-steps");
