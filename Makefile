@@ -22,8 +22,9 @@ system-deps:
 vllm-env:
 	@bash scripts/vllm_env/setup.sh
 
+# `make run VERBOSE=1`: every service's log lines in the terminal too (they are always in DATA_DIR/logs/).
 run: install system-deps
-	$(PY) -m webapp.launcher
+	CRUCIBLE_VERBOSE=$(VERBOSE) $(PY) -m webapp.launcher
 
 test: install system-deps vllm-env
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -200,7 +200,9 @@ def run(args: argparse.Namespace) -> dict:
              "python": platform.python_version(), "torch": torch.__version__}
     for mod in ("transformers", "peft", "accelerate"):
         facts[mod] = __import__(mod).__version__
-    facts["engine"] = engine_note
+    staleness = args.staleness if engine == "vllm" else 0
+    facts["engine"] = engine_note + (", sampling ahead (`sampling.staleness: 1`: the next step generated while "
+                                     "this one updates)" if staleness else "")
     log("environment: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
@@ -220,7 +222,8 @@ def run(args: argparse.Namespace) -> dict:
             "problems": str(problems),
             "sampling": {"problems_per_step": args.prompts, "candidates_per_problem": args.candidates,
                          "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-                         "prompt_style": "completion", "stop": [], "engine": engine},
+                         "prompt_style": "completion", "stop": [], "engine": engine,
+                         "staleness": staleness},
             "vllm": {"gpu_memory_utilization": 0.35},
             "ppo": {"learning_rate": 1e-5, "kl_coef": 0.04, "micro_batch_size": args.micro_batch},
             "train": {"steps": args.steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
@@ -257,7 +260,8 @@ def run(args: argparse.Namespace) -> dict:
         rows.append({"step_s": m["time/step_s"], "gen_tok_s": m["tokens_per_s"], "gen_tokens": gen_tokens,
                      "update_s": m["time/update_s"], "update_tok_s": update_tokens / max(m["time/update_s"], 1e-9),
                      "rollout_s": m["time/rollout_s"], "sandbox_s": m["time/sandbox_s"],
-                     "mismatch_kl": m["rollout/mismatch_kl"], "logprob_diff_max": m["rollout/logprob_diff_max"]})
+                     "mismatch_kl": m["rollout/mismatch_kl"], "logprob_diff_max": m["rollout/logprob_diff_max"],
+                     "wait_s": m.get("time/wait_s", 0.0), "staleness": m.get("rollout/staleness", 0.0)})
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     runtime = next(e for e in events if e["event"] == "start")["runtime"]
     return {"facts": facts, "shape": shape, "tiny": args.tiny, "runner": runner_kind, "peak_gib": peak,
@@ -321,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test with a tiny model of the same code path")
     ap.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                     help="generation engine; vllm only where the machine has it (else hf, and the table says why)")
+    ap.add_argument("--staleness", type=int, choices=(0, 1), default=0,
+                    help="with --engine vllm: 1 samples the next step while this one updates (sampling.staleness)")
     ap.add_argument("--prompts", type=int, default=8, help="problems per step")
     ap.add_argument("--candidates", type=int, default=4, help="candidates per problem")
     ap.add_argument("--max-new-tokens", type=int, default=128)

@@ -155,7 +155,7 @@ def tiny_model(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[str, dict
 
         torch.set_num_threads(args.threads)
         print(f"[{tag}] building the warm-started tiny model ...", file=sys.stderr, flush=True)
-        wide = args.arch == "qwen3_5" and "vllm" in (args.engines or ())  # vLLM's CPU kernel: 128-wide heads
+        wide = args.arch == "qwen3_5" and any(e != "hf" for e in (args.engines or ()))  # vLLM's CPU kernel: 128-wide heads
         model = build_tiny_model(tmp / "tiny", warmup_problems=args.problems, seed=0, arch=args.arch,
                                  linear_head_dim=128 if wide else 32)
     info_path = Path(model) / "crucible_tiny.json"
@@ -231,7 +231,8 @@ def engines_markdown(results: list[dict], cfg: dict, build: dict, load: tuple[fl
              f"torch threads {threads}, {time.strftime('%Y-%m-%d %H:%M')}. The warm-started `{arch}` "
              f"({build.get('parameters', '?'):,} parameters, linear-attention heads "
              f"{shape.get('linear_key_head_dim', '–')} wide), the CPU demo config for {tr['steps']} steps × "
-             f"{s['problems_per_step']} × {s['candidates_per_problem']}, identical but for `sampling.engine`; "
+             f"{s['problems_per_step']} × {s['candidates_per_problem']}, identical but for `sampling.engine` "
+             "(vllm-ahead: vllm with `sampling.staleness: 1`, each step sampled while the previous one updated); "
              f"held-out pass@1 over {tr['eval_samples']} samples per problem, the run's own step-0 and final "
              "evaluations (each sampled by the run's engine).", "",
              "| engine | held-out pass@1 before | after | Δ points | train pass@1 step 1 → last 5 | "
@@ -247,8 +248,9 @@ def engines_markdown(results: list[dict], cfg: dict, build: dict, load: tuple[fl
     if len(results) == 2:
         gap = 100 * ((results[1]["after"] - results[1]["before"]) - (results[0]["after"] - results[0]["before"]))
         lines += ["", f"Gain of {results[1]['engine']} minus {results[0]['engine']}: {gap:+.1f} points (one seed each; "
-                      "the evaluation's own noise at these sample counts is several points). The vLLM row samples "
-                      "in bfloat16 against a float32 trainer, which is what its mismatch KL measures."]
+                      "the evaluation's own noise at these sample counts is several points). vLLM samples "
+                      "in bfloat16 against a float32 trainer, which is what its mismatch KL measures; with "
+                      "staleness 1 it also holds one update of policy drift."]
     return "\n".join(lines)
 
 
@@ -264,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared 2-core machine more threads oversubscribe)")
     ap.add_argument("--no-control", action="store_true", help="skip the shuffled-reward control run")
-    ap.add_argument("--engines", nargs="+", choices=("hf", "vllm"), default=None,
+    ap.add_argument("--engines", nargs="+", choices=("hf", "vllm", "vllm-ahead"), default=None,
                     help="instead of train + control: the train arm once per generation engine (qwen3_5 gets "
-                         "128-wide linear-attention heads so that vLLM's CPU kernel runs it)")
+                         "128-wide linear-attention heads so that vLLM's CPU kernel runs it); vllm-ahead is vllm "
+                         "with sampling.staleness: 1")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     ap.add_argument("--arm", choices=("train", "control"), help=argparse.SUPPRESS)
     ap.add_argument("--config-json", type=Path, help=argparse.SUPPRESS)
@@ -288,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             results = []
             for engine in args.engines:
                 run_cfg = json.loads(json.dumps(cfg))
-                run_cfg["sampling"]["engine"] = engine
+                run_cfg["sampling"]["engine"] = "hf" if engine == "hf" else "vllm"
+                run_cfg["sampling"]["staleness"] = 1 if engine == "vllm-ahead" else 0
                 results.append({**_child("train", run_cfg, args.threads, curve=True, label=f"train ({engine})"),
                                 "engine": engine})
             command = "python benchmarks/learning_demo.py" + "".join(
@@ -298,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_write:
                 from benchmarks.results import update_section
 
-                update_section("learning-demo-engines", text)
+                # the staleness comparison gets a section of its own: the engines section stays hf vs vllm
+                update_section("learning-demo-engines" + ("-ahead" if "vllm-ahead" in args.engines else ""), text)
             return 0
         results = [_child("train", cfg, args.threads)]
         if not args.no_control:

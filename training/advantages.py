@@ -93,26 +93,40 @@ def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 
 
 def turn_advantages(name: str, groups: Sequence[Sequence[Sequence[float]]], gamma: float,
-                    eps: float = 1e-6) -> list[list[list[float]]]:
+                    eps: float = 1e-6, clip: float | None = None) -> list[list[list[float]]]:
     """``reward.turns: discounted``: advantages per turn of each trajectory.
 
     ``groups[g][i]`` are the turn rewards of trajectory ``i`` of problem ``g``. Each turn's return
     (``discounted_returns``) joins its group's pool (every turn of every trajectory of the problem),
     and the estimator ``name`` runs over that pool as one group (GRPO: mean/std of the pool; RLOO:
     leave-one-out within it; Dr. GRPO: pool mean), so a turn is compared with the group's other
-    attempts. -> ``[g][i][t]``, the same nesting as ``groups``.
+    attempts; then ``clip_advantages`` (``reward.clip``). -> ``[g][i][t]``, the same nesting as ``groups``.
+    The trainer and the what-if re-scoring (training/rescore.py) both call this.
     """
     out = []
     for group in groups:
         returns = [discounted_returns(turns, gamma) for turns in group]
         pool = torch.tensor([r for rs in returns for r in rs], dtype=torch.float32)[None, :]  # (1, M)
-        flat = compute_advantages(name, pool, eps=eps)[0].tolist()  # (M,)
+        flat = clip_advantages(compute_advantages(name, pool, eps=eps), clip)[0].tolist()  # (M,)
         split, pos = [], 0
         for rs in returns:
             split.append(flat[pos:pos + len(rs)])
             pos += len(rs)
         out.append(split)
     return out
+
+
+def zero_variance_turn_groups(groups: Sequence[Sequence[Sequence[float]]], gamma: float,
+                               atol: float = 1e-8) -> torch.Tensor:
+    """``reward.turns: discounted``: groups with no signal, i.e. whose pool of turn returns (as
+    ``turn_advantages`` pools them) is one value, so every turn's advantage is zero. Judging by the final
+    rewards instead would set aside a group where every trajectory ends up passing, some at once and
+    some after a repair: the difference discounted credit exists to teach. -> (P,) bool"""
+    out = []
+    for group in groups:
+        pool = [r for turns in group for r in discounted_returns(turns, gamma)]
+        out.append(bool(pool) and max(pool) - min(pool) <= atol)
+    return torch.tensor(out, dtype=torch.bool)
 
 
 def token_advantages(per_turn: Sequence[Sequence[float]], token_turns: torch.Tensor) -> torch.Tensor:

@@ -42,8 +42,9 @@ class CandidateRecord:
     """Those of ``flags`` named by ``reward.penalize_flags``: they set ``reward`` to 0."""
     turns: list[dict] | None = None
     """Multi-turn repair (``sampling.turns > 1``): every turn, ``{reply, code, feedback, result, reward,
-    rewards, truncated, flags}`` (``feedback``: the message the model was sent after that turn, null on
-    the last); the record's own fields are the last turn's. None for a one-turn candidate."""
+    rewards, truncated, flags, overlong_penalty}`` (``feedback``: the message the model was sent after that
+    turn, null on the last; ``reward``: the turn's own total, with its own overlong penalty, 0 with a
+    penalised flag); the record's own fields are the last turn's. None for a one-turn candidate."""
 
     def event_dict(self) -> dict:
         out = {"code": self.code, "reward": self.reward, "rewards": self.rewards, "result": self.result,

@@ -368,10 +368,9 @@ def _sampler(cfg: Any, model: Any, tokenizer: Any, model_config: Any, problems: 
     import tempfile
 
     from training.engines import EngineError, make_engine
-    from training.generation import build_prompt
+    from training.turns import engine_prompt_tokens
 
-    prompt_tokens = max(len(tokenizer(build_prompt(p, tokenizer, cfg.sampling.prompt_style,
-                                                   cfg.sampling.thinking))["input_ids"]) for p in problems)
+    prompt_tokens = engine_prompt_tokens(tokenizer, problems, cfg.sampling, cfg.feedback)
     with tempfile.TemporaryDirectory(prefix="crucible-vllm-") as work:
         try:
             engine = make_engine(cfg, model, tokenizer, run_dir=work, max_prompt_tokens=prompt_tokens,

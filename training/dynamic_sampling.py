@@ -107,10 +107,13 @@ class DynamicBatch:
 
 
 def sample_informative(first: Sequence[int], *, per_step: int, max_rounds: int, num_problems: int, seed: int,
-                       step: int, roll: Callable[[list[int], int], Rollout | None]) -> DynamicBatch | None:
+                       step: int, roll: Callable[[list[int], int], Rollout | None],
+                       zero_variance: Callable[[Rollout], torch.Tensor] | None = None) -> DynamicBatch | None:
     """Run rounds of ``roll(problem_indices, round) -> Rollout`` (None: stop requested, and so is the
     result) until ``per_step`` informative groups exist or ``max_rounds`` rounds ran or no train
-    problem is left undrawn. ``first``: round 1's problems (the step's own pick)."""
+    problem is left undrawn. ``first``: round 1's problems (the step's own pick). ``zero_variance(rollout)
+    -> (P,) bool`` says which groups carry no signal (default: all candidates got one reward)."""
+    zero_variance = zero_variance or (lambda r: zero_variance_groups(r.rewards))
     batch = DynamicBatch(rollouts=[])
     drawn: list[int] = []
     informative = 0
@@ -128,7 +131,7 @@ def sample_informative(first: Sequence[int], *, per_step: int, max_rounds: int, 
             raise RuntimeError(f"round {round_} rolled out {len(rollout.problems)} problems for {len(indices)} drawn")
         batch.rollouts.append(rollout)
         drawn += indices
-        for g, zero in enumerate(zero_variance_groups(rollout.rewards).tolist()):  # (P,)
+        for g, zero in enumerate(zero_variance(rollout).tolist()):  # (P,)
             reason = ZERO_VARIANCE if zero else (SURPLUS if informative >= per_step else None)
             informative += not zero
             batch.groups.append(GroupRef(round_, g, indices[g], bool(zero), reason))

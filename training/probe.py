@@ -10,6 +10,7 @@ reads them back).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -17,6 +18,15 @@ from training.difficulty import ProblemDifficulty
 
 CANDIDATES_PER_GENERATE = 256
 """Most candidates sampled by one batched ``generate`` (problems per chunk = this // samples, at least 1)."""
+PROGRESS_CHUNKS = 8
+"""Fewest chunks a set of at least this many problems is probed in: progress (the result lines, the
+page's count) moves at least this often, rather than once at the end of a set that fits one generate."""
+
+
+def chunk_size(problems: int, samples: int) -> int:
+    """Problems per chunk: at most ``CANDIDATES_PER_GENERATE`` candidates, and at least
+    ``PROGRESS_CHUNKS`` chunks when there are that many problems."""
+    return max(1, min(CANDIDATES_PER_GENERATE // samples, math.ceil(problems / PROGRESS_CHUNKS)))
 
 
 def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: Any, *, samples: int,
@@ -28,14 +38,15 @@ def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, ru
     ``samples``); ``runner`` a ``sandbox.Runner``; ``seed`` makes the probe repeatable. A sample
     passes when every test ran and passed; with ``sampling.turns > 1`` a sample is a repair trajectory
     (``feedback``: the run's ``FeedbackConfig``) and passes when its last turn does.
-    ``progress(done, total)`` is called after each chunk.
+    ``progress(done, total)`` is called after each chunk (see ``chunk_size``), once its problems'
+    results are yielded.
     """
     from training.rollout import start_rollout
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     problems = list(problems)
-    per_chunk = max(1, CANDIDATES_PER_GENERATE // samples)
+    per_chunk = chunk_size(len(problems), samples)
     done = 0
     pending = None
     for start in range(0, len(problems), per_chunk):

@@ -49,7 +49,7 @@ import torch
 from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
 from training.advantages import (clip_advantages, compute_advantages, token_advantages, turn_advantages,
-                                 zero_variance_groups)
+                                 zero_variance_groups, zero_variance_turn_groups)
 from training.config import RunConfig, config_to_dict
 from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
 from training.engines import make_engine
@@ -253,7 +253,7 @@ class Trainer:
             drawn = sample_informative(
                 picked, per_step=cfg.sampling.problems_per_step, max_rounds=cfg.sampling.max_rounds,
                 num_problems=len(self.train_problems), seed=cfg.train.seed, step=step,
-                roll=lambda indices, round_: self._roll(indices, step, round_))
+                roll=lambda indices, round_: self._roll(indices, step, round_), zero_variance=self._zero_variance)
             if drawn is None:
                 return None
             rollout, sampled = drawn.kept(), drawn.sampled()
@@ -291,7 +291,7 @@ class Trainer:
             else:
                 advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
                 advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
-            zero_var = zero_variance_groups(rollout.rewards)  # (P,)
+            zero_var = self._zero_variance(rollout)  # (P,)
             k = cfg.sampling.candidates_per_problem
             keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
             keep = keep.repeat_interleave(k)  # (N,)
@@ -313,7 +313,7 @@ class Trainer:
         update_s = time.monotonic() - t_up + logprob_s
 
         # Metrics and problem events cover every sampled group (all rounds): what the policy did.
-        zero_var = zero_variance_groups(sampled.rewards)  # (P_sampled,)
+        zero_var = self._zero_variance(sampled)  # (P_sampled,)
         metrics = _rollout_metrics(sampled, zero_var)
         if cfg.sampling.turns > 1:
             metrics.update(turn_metrics(sampled.candidates, cfg.sampling.turns))
@@ -349,6 +349,17 @@ class Trainer:
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
             feedback=cfg.feedback)
+
+    def _zero_variance(self, rollout: Rollout) -> torch.Tensor:
+        """Groups with no learning signal. -> (P,) bool. With discounted per-turn credit a group is judged
+        by its turns' returns (``zero_variance_turn_groups``), else by its candidates' rewards."""
+        cfg = self.config
+        if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":
+            k = cfg.sampling.candidates_per_problem
+            groups = [[c.turn_rewards for c in rollout.candidates[g * k:(g + 1) * k]]
+                      for g in range(len(rollout.problems))]
+            return zero_variance_turn_groups(groups, cfg.reward.turn_discount)
+        return zero_variance_groups(rollout.rewards)
 
     def _sync_engine(self, step: int) -> float | None:
         """Make the engine sample the policy as it is after ``step``'s update (hf samples the model in
@@ -617,19 +628,12 @@ class Trainer:
 
     def _make_engine(self) -> Any:
         cfg = self.config
-        from training.generation import build_prompt
-
         max_prompt = None
         if cfg.sampling.engine == "vllm" and cfg.vllm.url is None and cfg.vllm.max_model_len is None:
-            thinking = cfg.sampling.thinking
-            max_prompt = max(len(self.tokenizer(build_prompt(p, self.tokenizer, cfg.sampling.prompt_style,
-                                                             thinking))["input_ids"])
-                             for p in self.train_problems + self.heldout_problems)
-            if cfg.sampling.turns > 1:  # a later turn's prompt holds the earlier replies and feedback
-                from training.turns import feedback_token_budget
+            from training.turns import engine_prompt_tokens  # later turns: earlier replies and feedback too
 
-                max_prompt += (cfg.sampling.turns - 1) * (cfg.sampling.max_new_tokens
-                                                          + feedback_token_budget(cfg.feedback, cfg.sampling))
+            max_prompt = engine_prompt_tokens(self.tokenizer, self.train_problems + self.heldout_problems,
+                                              cfg.sampling, cfg.feedback)
         log = (lambda line: print(line, file=sys.stderr, flush=True)) if self.accelerator.is_main_process else None
         return make_engine(cfg, self.accelerator.unwrap_model(self.model), self.tokenizer, run_dir=self.out_dir,
                            chunks=self.rollout_chunks, stop=self.stop.requested, log=log, max_prompt_tokens=max_prompt)
@@ -805,10 +809,8 @@ def _discounted_advantages(cfg: RunConfig, rollout: Rollout, token_turns: torch.
     k = cfg.sampling.candidates_per_problem
     cands = rollout.candidates
     groups = [[c.turn_rewards for c in cands[g * k:(g + 1) * k]] for g in range(len(rollout.problems))]
-    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount)
-                for adv in group]
-    if cfg.reward.clip is not None:
-        per_turn = [[max(-cfg.reward.clip, min(cfg.reward.clip, a)) for a in adv] for adv in per_turn]
+    per_turn = [adv for group in turn_advantages(cfg.ppo.advantage, groups, cfg.reward.turn_discount,
+                                                 clip=cfg.reward.clip) for adv in group]
     return token_advantages(per_turn, token_turns.cpu())  # (N, C)
 
 

@@ -262,7 +262,8 @@ def score_trajectories(problems: Sequence[Any], trajectories: Sequence[Trajector
                 scores.append(scored)
                 turns.append({"reply": turn.reply, "code": turn.code, "feedback": turn.feedback,
                               "result": turn.results[0], "reward": scored.reward, "rewards": scored.rewards,
-                              "truncated": turn.truncated, "flags": list(scored.flags)})
+                              "truncated": turn.truncated, "flags": list(scored.flags),
+                              "overlong_penalty": scored.overlong_penalty})
             last, final = tr.turns[-1], scores[-1]
             flags = tuple(dict.fromkeys(f for s in scores for f in s.flags))
             penalized = tuple(dict.fromkeys(f for s in scores for f in s.penalized_flags))
@@ -287,6 +288,16 @@ def feedback_token_budget(feedback: Any, sampling: Any) -> int:
     if feedback.include_code:
         chars += 8 * sampling.max_new_tokens  # the code is at most the reply, a few characters a token
     return chars
+
+
+def engine_prompt_tokens(tokenizer: Any, problems: Sequence[Any], sampling: Any, feedback: Any) -> int:
+    """The longest prompt an engine may be sent for ``problems``: the longest turn-1 prompt, plus, with
+    ``sampling.turns > 1``, every earlier turn's reply and feedback (``feedback_token_budget``). Sizes a
+    vLLM server's context (``vllm.max_model_len`` null), whose requests past it are refused."""
+    longest = max(len(tokenizer(build_prompt(p, tokenizer, sampling.prompt_style, sampling.thinking))["input_ids"])
+                  for p in problems)
+    later = (sampling.turns - 1) * (sampling.max_new_tokens + feedback_token_budget(feedback, sampling))
+    return longest + later
 
 
 def turn_metrics(candidates: Sequence[CandidateRecord], turns: int) -> dict[str, float]:

@@ -95,6 +95,9 @@ VARIABLES: dict[str, Variable] = {
         shown="`./var` (`./var/test` for tests)"),
     "PORT": Variable("port of `make run`'s web server (127.0.0.1)", 8000, maximum=65535),
     "CRUCIBLE_GPU_WORKERS": Variable("worker processes on queue `gpu` started by `make run`", 1, maximum=1024),
+    "CRUCIBLE_VERBOSE": Variable(
+        "`1` (`make run VERBOSE=1`): every service log line in `make run`'s terminal, not only warnings, errors "
+        "and run state changes (all are always in `$CRUCIBLE_DATA_DIR/logs/`)", False),
     "CRUCIBLE_GPUS_PER_RUN": Variable(
         "GPUs per run; above 1 the trainer runs under `accelerate launch`", 1, maximum=64),
     "CRUCIBLE_UPLOAD_MAX_MB": Variable("largest accepted problem-set upload", 50, maximum=4096),

@@ -6,6 +6,11 @@ demo problem set, builds the tiny CPU Qwen3 model, then runs the Celery workers 
 with a message (at most ``MAX_RESTARTS`` times in ``RESTART_WINDOW_S`` per service; past that the
 app stops, since something is broken for good). Ctrl-C (or SIGTERM) stops every child process
 group, then Redis.
+
+The terminal stays quiet (webapp.console): one screen saying where the app listens, where the admin
+password and the services' logs are and how to stop it, then only warnings, errors and run state
+changes. Every line of every service is in DATA_DIR/logs/<service>.log; ``make run VERBOSE=1``
+(``CRUCIBLE_VERBOSE=1``) prints them all here as well.
 """
 from __future__ import annotations
 
@@ -13,16 +18,27 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
 
+from webapp.console import ServiceOutput
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_print_lock = threading.Lock()  # the launcher's lines and the services' echoed lines never interleave
+
+
+def _write(line: str) -> None:
+    with _print_lock:
+        print(line, flush=True)
+
+
 def _say(message: str) -> None:
-    print(f"[crucible] {message}", flush=True)
+    _write(f"[crucible] {message}")
 
 
 def _manage(*args: str, env: dict) -> None:
@@ -106,6 +122,14 @@ def start_child(command: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
 
 
+def starter(output: ServiceOutput | None) -> Callable[[str, list[str], dict], subprocess.Popen]:
+    """How to start a named service: its output through ``output`` (log file, quiet terminal), or,
+    without one, straight to this terminal."""
+    if output is None:
+        return lambda name, command, env: start_child(command, env)
+    return lambda name, command, env: output.start(name, command, cwd=ROOT, env=env)
+
+
 def stop_children(children: list[tuple[str, subprocess.Popen]]) -> None:
     for _, proc in children:
         if proc.poll() is None:
@@ -129,9 +153,11 @@ def stop_children(children: list[tuple[str, subprocess.Popen]]) -> None:
 class BackgroundBuilds:
     """Model builds running beside the app; each says, once, when it is done or has failed."""
 
-    def __init__(self, commands: dict[str, list[str]], env: dict, say: Callable[[str], None] = _say):
-        self.say = say
-        self.procs = {name: start_child(command, env) for name, command in commands.items()}
+    def __init__(self, commands: dict[str, list[str]], env: dict, say: Callable[[str], None] = _say,
+                 output: ServiceOutput | None = None):
+        self.say, self.output = say, output
+        start = starter(output)
+        self.procs = {name: start(f"build-{name}", command, env) for name, command in commands.items()}
         for name in self.procs:
             say(f"building models/{name} in the background (once; a few minutes): its preset works when it is done")
 
@@ -143,7 +169,9 @@ class BackgroundBuilds:
             if proc.returncode == 0:
                 self.say(f"models/{name} is built")
             else:
-                self.say(f"building models/{name} failed (status {proc.returncode}); the next `make run` tries again")
+                log = f" (its log: {self.output.log_path(f'build-{name}')})" if self.output else ""
+                self.say(f"building models/{name} failed (status {proc.returncode}){log}; the next `make run` "
+                         "tries again")
 
     def stop(self) -> None:
         stop_children(list(self.procs.items()))
@@ -166,8 +194,9 @@ class Services:
 
     def __init__(self, commands: dict[str, list[str]], env: dict, *, redis_exited: Callable[[], bool] = lambda: False,
                  restart_redis: Callable[[], object] = lambda: None, say: Callable[[str], None] = _say,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, output: ServiceOutput | None = None):
         self.commands, self.env = commands, env
+        self.output, self._start = output, starter(output)
         self.redis_exited, self.restart_redis = redis_exited, restart_redis
         self.say, self.clock = say, clock
         self.children: dict[str, subprocess.Popen] = {}
@@ -175,7 +204,7 @@ class Services:
 
     def start(self) -> None:
         for name, command in self.commands.items():
-            self.children[name] = start_child(command, self.env)
+            self.children[name] = self._start(name, command, self.env)
 
     def _may_restart(self, name: str) -> bool:
         times = self._restarts.setdefault(name, deque())
@@ -201,18 +230,33 @@ class Services:
             if proc.poll() is None:
                 continue
             if not self._may_restart(name):
+                log = f"; its log: {self.output.log_path(name)}" if self.output else ""
                 return f"{name} exited {MAX_RESTARTS} times within {RESTART_WINDOW_S:.0f} s (last status " \
-                       f"{proc.returncode})"
-            self.say(f"{name} exited with status {proc.returncode}; restarting it")
+                       f"{proc.returncode}{log})"
+            log = f" (its log: {self.output.log_path(name)})" if self.output else ""
+            self.say(f"{name} exited with status {proc.returncode}; restarting it{log}")
             try:
                 os.killpg(proc.pid, signal.SIGTERM)  # what is left of it (a dead worker's pool processes)
             except ProcessLookupError:
                 pass
-            self.children[name] = start_child(self.commands[name], self.env)
+            self.children[name] = self._start(name, self.commands[name], self.env)
         return None
 
     def stop(self) -> None:
         stop_children(list(self.children.items()))
+
+
+def ready_screen(port: int, data_dir: Path, output: ServiceOutput, services: list[str], verbose: bool) -> list[str]:
+    """What matters once the services start, in one screen (the lines before it scroll away)."""
+    lines = ["", f"Crucible is up: http://127.0.0.1:{port}/  (the first page takes a few seconds more)"]
+    password_file = data_dir / "admin-password.txt"
+    if password_file.exists():
+        lines.append(f"log in as admin; the password is in {password_file}")
+    lines.append(f"service logs: {output.log_dir}/{{{','.join(services)}}}.log")
+    lines.append("every service line is printed here too (VERBOSE=1)" if verbose else
+                 "from here on: warnings, errors and run state changes only (make run VERBOSE=1 prints everything)")
+    lines += ["stop: Ctrl-C (stops every service, then Redis)", ""]
+    return lines
 
 
 def main() -> int:
@@ -224,6 +268,7 @@ def main() -> int:
     try:
         port = envmod.read("PORT")
         envmod.read("CRUCIBLE_GPU_WORKERS")  # a bad value stops here, before anything starts
+        verbose = envmod.read("CRUCIBLE_VERBOSE")
         data_dir = envmod.data_dir()
         redis_url = envmod.redis_url(data_dir)  # starts the embedded server when REDIS_URL is unset
     except (envmod.ConfigurationError, RuntimeError) as exc:
@@ -246,14 +291,14 @@ def main() -> int:
         later = prepare(env)
         if stopping:
             return 130
-        services = Services(child_commands(port), env, redis_exited=owned_redis_exited,
-                            restart_redis=lambda: ensure_embedded_redis(data_dir))
+        output = ServiceOutput(data_dir / "logs", verbose=verbose, write=_write)
+        commands = child_commands(port)
+        services = Services(commands, env, redis_exited=owned_redis_exited,
+                            restart_redis=lambda: ensure_embedded_redis(data_dir), output=output)
         services.start()
-        builds = BackgroundBuilds(later, env)
-        _say(f"Crucible is up: http://127.0.0.1:{port}/  (Ctrl-C stops everything)")
-        password_file = data_dir / "admin-password.txt"
-        if password_file.exists():
-            _say(f"log in as admin; the password is in {password_file}")
+        builds = BackgroundBuilds(later, env, output=output)
+        for line in ready_screen(port, data_dir, output, list(commands), verbose):
+            _say(line)
         while not stopping:
             builds.check()
             reason = services.check()

@@ -124,11 +124,12 @@ var CrucibleCharts = (function () {
     setTimeout(function () { URL.revokeObjectURL(a.href); }, 1000);
   }
 
-  // Plotly config: PNG under a useful name, a CSV button beside it, no logo.
+  // Plotly config: PNG under a useful name, a CSV button beside it, no logo; the toolbar always shown
+  // (on hover only, its CSV export went unfound), with the zoom buttons a wheel or a drag already does.
   function config(filename, xTitle) {
-    return {displaylogo: false, responsive: true,
+    return {displaylogo: false, responsive: true, displayModeBar: true,
             toImageButtonOptions: {format: "png", filename: filename, scale: 2},
-            modeBarButtonsToRemove: ["lasso2d", "select2d"],
+            modeBarButtonsToRemove: ["lasso2d", "select2d", "zoomIn2d", "zoomOut2d"],
             modeBarButtonsToAdd: [{name: "Download the data as CSV", icon: Plotly.Icons.disk,
                                    click: function (gd) { download(filename + ".csv", csv(gd.data, xTitle())); }}]};
   }

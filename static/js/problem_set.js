@@ -138,21 +138,25 @@ function followProblemSet(id, event, key, show, finished) {
   followProblemSet(id, "probe", "probe", show, () => finished);
 })();
 
-// The finished probe's histogram: problems per pass rate (one bar per possible rate, k / samples).
+// The finished probe's histogram: problems per number of samples passed, one bar per possible value
+// (0 of n … n of n), on a category axis, so that nothing is drawn outside pass rates 0 to 1.
 (function () {
   "use strict";
   const data = document.getElementById("probe-chart");
   const el = document.getElementById("probe-histogram");
   if (!data || !el || typeof Plotly === "undefined") return;
   const chart = JSON.parse(data.textContent);
-  const width = 1 / chart.samples;
+  const n = chart.samples;
+  const counts = new Array(n + 1).fill(0);
+  chart.rates.forEach((rate) => { counts[Math.round(rate * n)] += 1; });
+  const labels = counts.map((_, k) => k + "/" + n);
   Plotly.newPlot(el, [{
-    type: "histogram", x: chart.rates, marker: {color: "#1f77b4"},
-    xbins: {start: -width / 2, end: 1 + width / 2, size: width},
-    hovertemplate: "pass rate %{x:.2f}: %{y} problems<extra></extra>",
+    type: "bar", x: labels, y: counts, marker: {color: "#1f77b4"},
+    customdata: counts.map((_, k) => Math.round(100 * k / n)),
+    hovertemplate: "%{x} samples passed (pass rate %{customdata}%): %{y} problems<extra></extra>",
   }], {
-    margin: {l: 50, r: 10, t: 10, b: 45}, height: 260, bargap: 0.05,
-    xaxis: {title: {text: "pass rate (passed / samples)"}, range: [-width / 2, 1 + width / 2]},
-    yaxis: {title: {text: "problems"}, rangemode: "tozero"},
+    margin: {l: 50, r: 10, t: 10, b: 45}, height: 260, bargap: 0.15,
+    xaxis: {type: "category", title: {text: "samples passed, of " + n + " (0/" + n + ": never solved; " + n + "/" + n + ": always)"}},
+    yaxis: {title: {text: "problems"}, rangemode: "tozero", tickformat: "d"},
   }, {displaylogo: false, responsive: true});
 })();

@@ -101,3 +101,29 @@
   document.getElementById("chart-smoothing-value").textContent = Number(controls.smoothing).toFixed(2);
   drawAll();
 })();
+// The summary table sorts by a clicked column (again: the other way); runs without a value stay last.
+(function () {
+  "use strict";
+  var table = document.getElementById("compare-summary");
+  if (!table) return;
+  var heads = Array.from(table.querySelectorAll("th[data-sort]"));
+  heads.forEach(function (th, column) {
+    th.tabIndex = 0;
+    function sort() {
+      var descending = th.getAttribute("aria-sort") === "ascending";
+      heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+      var numeric = th.dataset.sort === "number", body = table.tBodies[0];
+      var rows = Array.from(body.rows).map(function (tr, i) { return {tr: tr, i: i, v: tr.cells[column].dataset.value}; });
+      rows.sort(function (a, b) {
+        var missingA = a.v === "", missingB = b.v === "";
+        if (missingA || missingB) return (missingA - missingB) || a.i - b.i;
+        var order = numeric ? Number(a.v) - Number(b.v) : a.v.localeCompare(b.v);
+        return (descending ? -order : order) || a.i - b.i;
+      });
+      rows.forEach(function (r) { body.appendChild(r.tr); });
+    }
+    th.addEventListener("click", sort);
+    th.addEventListener("keydown", function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); sort(); } });
+  });
+})();

@@ -11,7 +11,7 @@
   var health = Object.assign({}, state.health.counts);
   var lastSeq = state.last_seq;
   var finished = ["succeeded", "failed", "cancelled"].indexOf(run.status) >= 0;
-  var openProblem = null, openStatus = "failed", openFlag = "", openStep = null;
+  var openProblem = null, openStatus = "failed", openFlag = "", openStep = null, openPage = 1;
 
   state.metrics.forEach(function (m) { metrics.set(m.step, {metrics: m.metrics, time: m.time}); });
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
@@ -62,8 +62,15 @@
      label: function (k) { return k === "completion_len/max" ? "longest" : k === "completion_len/mean" ? "mean" : k.slice(15); }},
     // Where the learning signal comes from: groups whose candidates differ in reward. With dynamic
     // sampling (sampling/*) the step draws more problems until problems_per_step groups are informative.
+    // Without dynamic sampling the trainer reports only zero_variance_groups: every step samples and
+    // uses problems_per_step groups, drawn as a dashed reference so the one measured line reads against it.
     {id: "chart-groups", title: "Groups per step: sampled, used, zero-variance",
-     y: {title: {text: "groups (rounds)"}, rangemode: "tozero", tickformat: "d"}, total: "sampling/groups_kept",
+     y: {title: {text: "groups per step"}, rangemode: "tozero", tickformat: "d"}, total: "sampling/groups_kept",
+     reference: function (keys) {
+       var n = (state.config_facts || {}).problems_per_step;
+       if ((state.config_facts || {}).dynamic || keys.some(function (k) { return k.indexOf("sampling/") === 0; }) || !n) return null;
+       return {value: n, name: "sampled = used: " + n + " (no dynamic sampling)"};
+     },
      keys: function (k) { return k.indexOf("sampling/") === 0 || k === "zero_variance_groups"; },
      label: function (k) {
        return {"sampling/groups_sampled": "sampled (every round)", "sampling/groups_kept": "used by the update",
@@ -175,6 +182,13 @@
         }
         traces.push(trace);
       });
+      var reference = chart.reference && traces.length ? chart.reference(keys) : null;
+      if (reference) {
+        var refXs = traces[traces.length - 1].x;
+        traces.push({x: refXs, y: refXs.map(function () { return reference.value; }), name: reference.name, meta: "guide",
+                     mode: "lines", type: "scatter", line: {dash: "dash", width: 1.5, color: "#6b7280"},
+                     hovertemplate: "%{y}<extra>" + reference.name + "</extra>"});
+      }
       if (chart.evals) {
         var byStep = evals.filter(function (e) { return e.split === "heldout" && e["pass@1"] !== null; })
           .sort(function (a, b) { return a.step - b.step; })
@@ -312,6 +326,18 @@
       eta = "loading the model and sampling the first step…";
     }
     document.getElementById("run-eta").textContent = eta;
+    drawStats(steps);
+  }
+
+  // The headline strip: the newest step's reward, train pass@1 and KL ("—" until a step reports them).
+  function drawStats(steps) {
+    var newest = steps.length ? metrics.get(steps[steps.length - 1]).metrics : {};
+    function show(id, value, text) {
+      document.getElementById(id).textContent = typeof value === "number" && isFinite(value) ? text(value) : "—";
+    }
+    show("stat-reward", newest["reward/mean"], function (v) { return v.toFixed(3); });
+    show("stat-train-pass", newest["pass@1/train"], function (v) { return Math.round(v * 100) + "%"; });
+    show("stat-kl", newest.kl, function (v) { return v === 0 ? "0" : Math.abs(v) < 0.001 ? v.toExponential(1) : v.toPrecision(2); });
   }
 
   function drawHeadline() {
@@ -462,7 +488,11 @@
   // status: "failed", "passed" or "" (all); flag: a flag name or "" (any); focus: {step, index} of a
   // candidate to open and scroll to once loaded; step: only that step's candidates (a held-out problem:
   // that evaluation's samples; null or "": every step; undefined: keep the current choice).
-  function loadCandidates(problemId, status, flag, focus, step) {
+  // page: which 50 (1: the newest; undefined: the same page while problem, status, flag and step stay).
+  function loadCandidates(problemId, status, flag, focus, step, page) {
+    var samePick = openProblem === problemId && openStatus === status && openFlag === (flag || "") &&
+      (step === undefined || openStep === (step === null || step === "" ? null : Number(step)));
+    openPage = page !== undefined ? Number(page) : samePick ? openPage : 1;
     if (openProblem !== problemId) {
       openProblem = problemId;
       document.querySelectorAll("#problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
@@ -475,6 +505,7 @@
     if (status) query.set("status", status);
     if (openFlag) query.set("flag", openFlag);
     if (openStep !== null) query.set("step", openStep);
+    if (openPage > 1) query.set("page", openPage);
     var url = "/runs/" + run.id + "/problems/" + encodeURIComponent(problemId) + "/candidates" +
       (query.toString() ? "?" + query : "");
     fetch(url, {credentials: "same-origin"}).then(function (r) {
@@ -485,13 +516,13 @@
       // A live refresh of the same problem keeps the candidates the user expanded or collapsed.
       var stepText = openStep === null ? "" : String(openStep);
       var same = box.dataset.problem === problemId && box.dataset.status === (status || "") &&
-        box.dataset.flag === openFlag && box.dataset.step === stepText;
+        box.dataset.flag === openFlag && box.dataset.step === stepText && box.dataset.page === String(openPage);
       var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
         return [d.dataset.step + ":" + d.dataset.index, d.open];
       }) : [];
       box.innerHTML = html;  // server-rendered, escaped by the template
       box.dataset.problem = problemId; box.dataset.status = status || ""; box.dataset.flag = openFlag;
-      box.dataset.step = stepText;
+      box.dataset.step = stepText; box.dataset.page = String(openPage);
       if (open.length) {
         var wasOpen = new Map(open);
         box.querySelectorAll("details.candidate").forEach(function (d) {
@@ -512,10 +543,11 @@
     });
   }
   document.getElementById("candidates").addEventListener("click", function (e) {
-    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step], a[data-step-filter]");
+    var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step], a[data-step-filter], a[data-page]");
     if (!a) return;
     e.preventDefault();
-    if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
+    if ("page" in a.dataset) loadCandidates(openProblem, openStatus, openFlag, null, undefined, a.dataset.page);
+    else if ("status" in a.dataset) loadCandidates(openProblem, a.dataset.status, openFlag);
     else if ("flag" in a.dataset) loadCandidates(openProblem, openStatus, a.dataset.flag);
     else loadCandidates(openProblem, openStatus, openFlag, null,
                         "evalStep" in a.dataset ? a.dataset.evalStep : a.dataset.stepFilter);
@@ -696,6 +728,14 @@
       window.getSelection().addRange(range);
     }
   });
+  // "Compare with…": its button waits for a run to be ticked, so it never goes to a one-run compare.
+  var comparePick = document.querySelector(".compare-with-form");
+  var compareButton = comparePick && comparePick.querySelector("button[type=submit]");
+  if (compareButton) {
+    var syncCompare = function () { compareButton.disabled = !comparePick.querySelector("input[type=checkbox]:checked"); };
+    comparePick.addEventListener("change", syncCompare);
+    syncCompare();
+  }
   drawCharts(); drawProgress(); drawProblems(); drawHealth(); drawCheckpoints(state.checkpoints);
   if (run.error) setStatus(run.status, run.error);
   connect();

@@ -102,7 +102,10 @@
     var height = Math.max(200, rows.length * ROW_PX + MARGIN.t + MARGIN.b);
     chart.style.height = height + "px";
     var layout = {
-      title: CrucibleCharts.title("Pass rate per problem and step"), height: height, margin: MARGIN, font: {size: 11},
+      // The title in the top margin, in pixels: the shared title's y (a share of the height) would put it
+      // among the first rows' labels of a map hundreds of rows tall.
+      title: Object.assign(CrucibleCharts.title("Pass rate per problem and step"), {y: 1 - 6 / height}),
+      height: height, margin: MARGIN, font: {size: 11},
       xaxis: Object.assign({title: {text: "step", standoff: 4}, side: "bottom"}, CrucibleCharts.stepAxis(steps[steps.length - 1])),
       yaxis: {type: "category", autorange: "reversed", automargin: true, tickvals: ids,
               ticktext: rows.map(function (p) {

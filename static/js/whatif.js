@@ -42,6 +42,26 @@
     updateStartLink();
   });
 
+  // The stored range follows the run: a live step's candidates (its `problem` events, stored before they
+  // are sent) extend it, and the empty fields' placeholders say what an empty field asks for now.
+  var storedFrom = panel.dataset.storedFrom === "" ? null : Number(panel.dataset.storedFrom);
+  var storedTo = panel.dataset.storedTo === "" ? null : Number(panel.dataset.storedTo);
+  var defaultSteps = Number(panel.dataset.defaultSteps) || 10;
+  function showStored() {
+    if (storedTo === null) return;
+    document.getElementById("whatif-stored").textContent = "candidates stored for steps " + storedFrom + "–" + storedTo;
+    form.elements["to"].placeholder = storedTo;
+    form.elements["from"].placeholder = Math.max(storedFrom, storedTo - defaultSteps + 1);
+  }
+  document.addEventListener("crucible:run-event", function (e) {
+    var ev = e.detail;
+    if (ev.event !== "problem" || typeof ev.step !== "number" || !(ev.candidates || []).length) return;
+    if (storedTo !== null && ev.step <= storedTo) return;
+    if (storedFrom === null) storedFrom = ev.step;
+    storedTo = ev.step;
+    showStored();
+  });
+
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     var body = {weights: weights()};
@@ -64,6 +84,12 @@
       });
     }).then(function (data) {
       answer = data;
+      answer.asked = body.steps ? "steps " + body.steps[0] + "–" + body.steps[1] : "the newest " + defaultSteps + " stored steps";
+      if (data.range && (storedTo === null || data.range[1] > storedTo)) {  // the server had newer steps
+        storedFrom = storedFrom === null ? data.range[0] : storedFrom;
+        storedTo = data.range[1];
+        showStored();
+      }
       draw(Math.round(performance.now() - started));
     }).catch(function (err) {
       status.textContent = "Could not re-score: " + err.message;
@@ -79,7 +105,9 @@
       return;
     }
     var s = answer.summary;
-    status.textContent = "Steps " + answer.range[0] + "–" + answer.range[1] + ": " + s.candidates + " candidates in " +
+    // The range answered, as the server clamped it, and what was asked.
+    status.textContent = "Steps " + answer.range[0] + "–" + answer.range[1] + " (asked: " + answer.asked + "): " +
+      s.candidates + " candidates in " +
       s.groups + " groups; " + pct(s.sign_flips) + " change the sign of their advantage, mean rank correlation " +
       num(s.rank_corr) + " (" + ms + " ms).";
     var steps = document.getElementById("whatif-steps");
@@ -148,9 +176,25 @@
                      flipped ? "the advantage changes sign" : ""),
                 cell(before.get(key) + " → " + after.get(key)));
       var td = document.createElement("td"); td.append(open); tr.append(td);
+      if (c.turns) turnLines(tr, c.turns);
       return tr;
     }));
     document.getElementById("whatif-problem").hidden = false;
+  }
+
+  // A multi-turn candidate: under its reward and advantage, each turn's own reward and the advantage its
+  // tokens get (with discounted credit, one per turn, from the turn's return).
+  function turnLines(tr, turns) {
+    var cells = tr.querySelectorAll("td");
+    turns.forEach(function (t, i) {
+      var reward = document.createElement("div"), adv = document.createElement("div");
+      reward.className = adv.className = "muted small whatif-turn";
+      reward.textContent = "turn " + (i + 1) + ": " + num(t.reward_before) + " → " + num(t.reward_after);
+      reward.title = "the turn's own reward; its return " + num(t.return_before) + " → " + num(t.return_after);
+      adv.textContent = "turn " + (i + 1) + ": " + num(t.advantage_before) + " → " + num(t.advantage_after);
+      if (t.sign_flip) adv.classList.add("whatif-flip");
+      cells[3].append(reward); cells[4].append(adv);
+    });
   }
 
   // A candidate's code and tests: the run page's candidates fragment for its step, this candidate only.

@@ -115,3 +115,36 @@ def test_compare_puts_each_run_on_its_own_wall_time_and_tokens(page, live_server
     page.reload()  # remembered in this browser, with the run page's choice
     assert page.input_value("#chart-x") == "time"
     assert page.evaluate("JSON.parse(localStorage.getItem('crucible.charts')).x") == "time"
+
+
+def test_the_summary_table_sorts_and_a_run_page_compares_with_a_picked_run(page, live_server_url, user, finished,
+                                                                          output_dir):
+    from webapp.runs.services import create_run
+
+    other = create_run(user, "not started", finished.problem_set, TINY_OVERRIDES)
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    page.click("#compare-with summary")
+    assert page.locator("#compare-with button[type=submit]").is_disabled()  # until another run is ticked
+    page.check(f"#compare-with input[name=ids][value='{other.pk}']")
+    page.click("#compare-with button[type=submit]")
+    page.wait_for_url("**/runs/compare?*")
+
+    def column(n):
+        return page.evaluate(f"Array.from(document.querySelectorAll('#compare-summary tbody tr'))"
+                             f".map(tr => tr.cells[{n}].innerText)")
+
+    summary = page.locator("#compare-summary")
+    assert summary.bounding_box()["y"] < page.locator("#compare-main").bounding_box()["y"]  # above the charts
+    names = column(0)
+    assert names[0].startswith(f"#{finished.pk} finished run") and names[1].startswith(f"#{other.pk} not started")
+    assert column(1) == ["25%", "—"] and column(2) == ["75%", "—"] and column(3)[0].startswith("75% step 3")
+    assert column(4) == ["0.600", "—"] and column(6) == ["3 / 3", "0 / 3"] and column(7) == ["hf", "hf"]
+    page.click("#compare-summary th:has-text('Steps')")
+    assert column(6) == ["0 / 3", "3 / 3"]
+    page.click("#compare-summary th:has-text('Steps')")  # again: the other way
+    assert column(6) == ["3 / 3", "0 / 3"]
+    page.click("#compare-summary th:has-text('Held-out after')")
+    page.click("#compare-summary th:has-text('Held-out after')")
+    assert column(2) == ["75%", "—"]  # a run without a value stays last either way
+    summary.screenshot(path=str(output_dir / "compare-summary.png"))

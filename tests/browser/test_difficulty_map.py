@@ -93,3 +93,26 @@ def test_the_difficulty_map_sorts_marks_solved_and_unsolved_and_opens_a_cells_ca
     shown = _map(page)
     assert shown["x"] == [1, 2, 3, 4] and shown["z"][shown["y"].index("add-2")] == [None, 0.5, None, 1.0]
     page.screenshot(path=str(output_dir / "run-page-difficulty.png"), full_page=True)
+
+
+def test_the_title_of_a_tall_map_stays_above_its_first_rows_labels(page, live_server_url, user, settings, tmp_path):
+    from tests.webapp.runs.conftest import problem_lines
+    from webapp.runs.services import create_run
+
+    settings.RUNS_DIR, settings.MODELS_DIR = tmp_path / "runs", tmp_path / "models"
+    install_model_stub(settings.MODELS_DIR / "tiny")
+    run = create_run(user, "tall map", make_problem_set(user, data=problem_lines(60, 1)), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    events = [step_event(1)] + [problem_event(1, f"add-{i}", ("failed", "passed")) for i in range(1, 60)]
+    _ingest_elsewhere(run, events, 0)
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "(document.getElementById('chart-difficulty').data || []).length > 0", 10)
+    title, first_label = page.evaluate("""(() => {
+        const gd = document.getElementById('chart-difficulty');
+        const title = gd.querySelector('.gtitle').getBoundingClientRect();
+        const labels = Array.from(gd.querySelectorAll('.ytick text')).map(t => t.getBoundingClientRect());
+        const top = labels.reduce((a, b) => (b.top < a.top ? b : a));
+        return [[title.top, title.bottom], [top.top, top.bottom]]; })()""")
+    assert len(_map(page)["y"]) == 59
+    assert title[1] <= first_label[0], f"the title (y {title}) overlaps the first row's label (y {first_label})"

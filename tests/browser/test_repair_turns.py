@@ -69,3 +69,26 @@ def test_a_two_turn_candidate_shows_both_turns_and_the_feedback_between_them(pag
             "held-out pass@1 at turn 1"} <= set(names)
     reward_names = page.evaluate("document.getElementById('chart-reward').data.map(t => t.name)")
     assert not any("turn" in n for n in reward_names)
+
+
+def test_the_what_if_panel_shows_each_turns_reward_and_advantage_of_a_discounted_run(page, live_server_url, user,
+                                                                                     settings, tmp_path):
+    from tests.webapp.runs.test_turns import discounted_repair_run
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = discounted_repair_run(user, make_problem_set(user))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    page.locator("#whatif").scroll_into_view_if_needed()
+    page.fill("#whatif-form input[name=pass_rate]", "1")
+    page.fill("#whatif-form input[name=syntax]", "0")
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-problems tr")
+    page.locator("#whatif-problems tr").first.click()
+    page.wait_for_selector("#whatif-problem:not([hidden])")
+    row = page.locator("#whatif-candidates tr").first
+    reward, advantage = row.locator("td").nth(3), row.locator("td").nth(4)
+    assert reward.locator(".whatif-turn").all_inner_texts() == ["turn 1: 0.500 → 0.000", "turn 2: 1.000 → 1.000"]
+    assert advantage.locator(".whatif-turn").all_inner_texts() == ["turn 1: 0.083 → -0.167", "turn 2: 0.083 → 0.333"]
+    assert advantage.locator(".whatif-turn.whatif-flip").count() == 1  # turn 1's advantage changes sign
+    assert "discounted credit" in page.inner_text("#whatif-problem")

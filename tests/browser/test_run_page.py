@@ -210,7 +210,11 @@ def test_a_chart_exports_its_data_as_csv(page, live_server_url, finished):
     page.evaluate("localStorage.removeItem('crucible.charts')")
     page.reload()
     wait_until(page, "document.getElementById('chart-kl').data !== undefined", 10)
-    page.hover("#chart-kl")
+    # The toolbar shows without a hover (on hover only, its CSV button went unfound).
+    button = page.locator("#chart-kl .modebar-btn[data-title='Download the data as CSV']")
+    page.mouse.move(0, 0)
+    assert page.evaluate("getComputedStyle(document.querySelector('#chart-kl .modebar-group')).opacity") == "1"
+    assert button.is_visible() and "CSV" in page.inner_text("#chart-export-hint")
     with page.expect_download() as info:
         page.click("#chart-kl .modebar-btn[data-title='Download the data as CSV']")
     download = info.value
@@ -256,3 +260,120 @@ def test_the_best_checkpoint_is_marked(page, live_server_url, finished, output_d
     row = page.locator("#checkpoints tr.best-checkpoint")
     assert row.count() == 1 and "75%" in row.inner_text() and "best" in row.inner_text()
     row.locator("xpath=ancestor::section[1]").screenshot(path=str(output_dir / "run-checkpoints.png"))
+
+
+def test_the_curves_start_above_the_fold_under_a_headline_strip(browser, live_server_url, finished, output_dir):
+    from tests.browser.test_run_flow import wait_until
+
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    try:
+        login(page, live_server_url, "alice", "alice-password-1")
+        page.goto(f"{live_server_url}/runs/{finished.pk}/")
+        wait_until(page, "document.getElementById('chart-reward').data !== undefined", 10)
+        first_chart = page.locator("#charts-main .chart").first
+        assert first_chart.get_attribute("id") == "chart-reward"
+        box = first_chart.bounding_box()
+        # At least half of the 300 px chart shows without scrolling.
+        assert box["y"] + 150 <= 900, f"the first chart starts at y={box['y']}, below the fold of a 1440x900 window"
+        charts_bottom = page.locator("#charts-main").bounding_box()
+        for section in ("#runtime-card", "#checkpoints"):
+            assert page.locator(section).bounding_box()["y"] > charts_bottom["y"] + charts_bottom["height"], section
+        strip = page.locator("#headline-strip")
+        assert "25% → 75%" in strip.locator("#headline").inner_text()
+        assert page.locator("#stat-reward").inner_text() == "0.600"  # the newest step's
+        assert page.locator("#stat-kl").inner_text() == "0.0030"
+        assert page.locator("#stat-train-pass").inner_text() == "—"  # not reported by these events
+        page.screenshot(path=str(output_dir / "run-above-the-fold.png"))
+    finally:
+        context.close()
+
+
+def test_folded_sections_stay_folded_in_this_browser(browser, page, live_server_url, finished):
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{finished.pk}/")
+    checkpoints = page.locator("details[data-fold='run-checkpoints']")
+    assert checkpoints.get_attribute("open") is not None and page.locator("#checkpoints").is_visible()
+    checkpoints.locator("summary").click()
+    assert not page.locator("#checkpoints").is_visible()
+    page.reload()
+    assert not page.locator("#checkpoints").is_visible()
+    assert page.locator("#runtime").is_visible() and page.locator("#health").is_visible()  # the others stay open
+    page.locator("details[data-fold='run-checkpoints'] summary").click()
+    page.locator("details[data-fold='run-runtime'] summary").click()
+    page.reload()
+    assert page.locator("#checkpoints").is_visible() and not page.locator("#runtime").is_visible()
+
+    other = browser.new_context()  # another browser keeps its own choices
+    try:
+        fresh = other.new_page()
+        login(fresh, live_server_url, "alice", "alice-password-1")
+        fresh.goto(f"{live_server_url}/runs/{finished.pk}/")
+        assert fresh.locator("#runtime").is_visible()
+    finally:
+        other.close()
+
+
+def test_the_groups_chart_has_a_legend_and_the_groups_a_step_samples(page, live_server_url, user, settings, tmp_path):
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from webapp.runs.services import create_run
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "no dynamic sampling", make_problem_set(user), TINY_OVERRIDES)  # 2 problems a step
+    run.claim(host="h", pid=1)
+    events = [step_event(s) for s in (1, 2, 3)]
+    for e, zero_variance in zip(events, (2, 1, 0)):
+        e["metrics"]["zero_variance_groups"] = zero_variance
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "document.getElementById('chart-groups').data !== undefined", 10)
+    groups = _chart(page, "chart-groups")
+    names = [t["name"] for t in groups["data"]]
+    assert names == ["zero variance (no signal)", "sampled = used: 2 (no dynamic sampling)"]
+    assert groups["data"][1]["y"] == [2, 2, 2] and groups["data"][0]["y"] == [2, 1, 0]
+    assert page.evaluate("document.getElementById('chart-groups').layout.showlegend") is True
+    assert page.locator("#chart-groups .legend .traces").count() == 2  # drawn, not only configured
+
+
+def test_the_candidate_inspector_pages_through_every_candidate(page, live_server_url, user, settings, tmp_path):
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+    from webapp.runs.services import create_run
+
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = create_run(user, "many candidates", make_problem_set(user), TINY_OVERRIDES)
+    run.claim(host="h", pid=1)
+    events = []
+    for s in (1, 2, 3):  # 3 steps x 25 failed candidates of one problem: 75, more than a page of 50
+        events += [step_event(s), problem_event(s, "HumanEval/0", ("failed",) * 25)]
+    write_events(run.path / "events.jsonl", events)
+    follower = EventFollower(run.path / "events.jsonl")
+    ingest_new_events(run, follower)
+    follower.close()
+
+    def listed():
+        return page.evaluate("Array.from(document.querySelectorAll('#candidates details.candidate'))"
+                             ".map(d => d.dataset.step + ':' + d.dataset.index)")
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    page.locator("#problems tr[data-problem='HumanEval/0']").click()
+    page.wait_for_selector("#candidate-pages")
+    assert "75 failed candidates, 1–50 shown" in page.inner_text("#candidates")
+    first = listed()
+    assert len(first) == 50 and first[0] == "3:0"  # newest first
+    page.click("#candidate-pages a:has-text('older 25')")
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 25", 10)
+    second = listed()
+    assert "51–75 shown" in page.inner_text("#candidates") and second[-1] == "1:24"
+    assert not set(first) & set(second) and len(set(first) | set(second)) == 75  # every candidate, once
+    page.click("#candidate-pages a:has-text('newer 50')")
+    wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 50", 10)
+    assert listed() == first

@@ -30,7 +30,8 @@ def test_other_weights_show_sign_flips_rank_changes_and_candidates_side_by_side(
     page.wait_for_selector("#whatif-steps tr")
     assert page.locator("#whatif-steps tr").count() == 10  # the last 10 steps by default
     assert page.locator("#whatif-steps tr").first.get_attribute("data-step") == "3"
-    assert "Steps 3–12: 80 candidates in 20 groups" in page.inner_text("#whatif-status")
+    assert "Steps 3–12 (asked: the newest 10 stored steps): 80 candidates in 20 groups" in \
+        page.inner_text("#whatif-status")
 
     page.locator("#whatif-problems tr").first.click()
     page.wait_for_selector("#whatif-problem:not([hidden])")
@@ -59,3 +60,53 @@ def test_a_bad_weight_says_which(page, live_server_url, stored):
     page.click("#whatif-run")
     page.wait_for_selector("#whatif-status.error")
     assert "weights" in page.inner_text("#whatif-status") and "all zero" in page.inner_text("#whatif-status")
+
+
+def test_the_range_follows_new_steps_live_and_the_answer_states_its_range(page, live_server_url, stored):
+    import json
+    import random
+    import threading
+
+    from tests.browser.test_run_flow import wait_until
+    from tests.webapp.runs.conftest import step_event
+    from tests.webapp.runs.test_rescore import problem_event
+    from webapp.runs.supervisor import EventFollower, ingest_new_events
+
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{stored.pk}/")
+    assert page.inner_text("#whatif-stored") == "candidates stored for steps 1–12"
+    assert page.get_attribute("#whatif-form input[name=from]", "placeholder") == "3"
+    wait_until(page, "document.body.dataset.live === '1'", 10)
+
+    # The trainer goes on: steps 13-15 are stored and sent while the page is open.
+    rng = random.Random(7)
+    path = stored.path / "events.jsonl"
+    with open(path, "a") as f:
+        for s in (13, 14, 15):
+            for e in (step_event(s), problem_event(s, "HumanEval/0", rng), problem_event(s, "add-1", rng)):
+                f.write(json.dumps(e) + "\n")
+
+    def ingest():  # as the supervisor does; on a thread of its own: Playwright's event loop holds this one
+        from django.db import connection
+
+        stored.refresh_from_db()
+        follower = EventFollower(path, offset=stored.events_offset, seq=stored.events_seq)
+        ingest_new_events(stored, follower)
+        follower.close()
+        connection.close()
+
+    worker = threading.Thread(target=ingest)
+    worker.start()
+    worker.join()
+
+    wait_until(page, "document.getElementById('whatif-stored').textContent.indexOf('1–15') >= 0", 15)
+    assert page.get_attribute("#whatif-form input[name=from]", "placeholder") == "6"
+    assert page.get_attribute("#whatif-form input[name=to]", "placeholder") == "15"
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-steps tr[data-step='15']")
+    assert page.inner_text("#whatif-status").startswith("Steps 6–15 (asked: the newest 10 stored steps): ")
+    page.fill("#whatif-form input[name=from]", "14")
+    page.fill("#whatif-form input[name=to]", "40")
+    page.click("#whatif-run")
+    wait_until(page, "document.getElementById('whatif-status').textContent.indexOf('Steps 14–15') === 0", 15)
+    assert "(asked: steps 14–40)" in page.inner_text("#whatif-status")  # clamped to what is stored, and said so

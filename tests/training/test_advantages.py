@@ -68,3 +68,20 @@ def test_a_group_of_equal_rewards_gets_exactly_zero_advantages(name):
     advantages = compute_advantages(name, rewards)
     assert torch.equal(advantages[:2], torch.zeros(2, 16))
     assert advantages[2].abs().min() > 0.4  # a group with signal is untouched
+
+
+def test_with_discounted_credit_a_group_whose_trajectories_all_end_passing_still_has_signal():
+    from training.advantages import turn_advantages, zero_variance_turn_groups
+
+    gamma = 0.4
+    at_once = [[1.0], [1.0]]               # both pass at turn 1
+    mixed = [[1.0], [0.2, 1.0]]            # one passes at once, one after a repair: same final reward
+    flat = [[0.0, 0.0], [0.0, 0.0]]        # both fail twice, scoring nothing
+    failed_twice = [[0.2, 0.2], [0.2, 0.2]]  # returns 0.28 then 0.2: turn 1 is still worth more than turn 2
+    assert zero_variance_turn_groups([at_once, mixed, flat, failed_twice], gamma).tolist() == [True, False, True,
+                                                                                                 False]
+    # the final rewards alone would call the mixed group flat...
+    assert zero_variance_groups(torch.tensor([[1.0, 1.0]])).tolist() == [True]
+    # ...while its turns get advantages: returns 1.0 | 0.2 + 0.4 * 1.0 = 0.6, 1.0 -> pool [1.0, 0.6, 1.0]
+    adv = turn_advantages("grpo", [mixed], gamma)[0]
+    assert adv[1][0] < 0 < adv[0][0] and adv[1][1] == pytest.approx(adv[0][0])

@@ -257,3 +257,17 @@ def test_the_config_validates_max_rounds():
     assert cfg.sampling.dynamic is True and cfg.sampling.max_rounds == 3
     with pytest.raises(ConfigError, match="sampling.max_rounds: must be >= 1"):
         config_from_dict({"sampling": {"max_rounds": 0}})
+
+
+def test_the_trainers_notion_of_a_flat_group_decides_what_is_set_aside():
+    table = [FLAT, FLAT, INFORMATIVE, INFORMATIVE]
+    calls = []
+
+    def roll(indices, round_):
+        calls.append((round_, list(indices)))
+        return _rollout(indices, table)
+
+    # e.g. discounted per-turn credit: a group whose final rewards are equal can still carry signal
+    batch = sample_informative([0, 1], per_step=2, max_rounds=3, num_problems=4, seed=0, step=1, roll=roll,
+                               zero_variance=lambda r: torch.zeros(len(r.problems), dtype=torch.bool))
+    assert calls == [(1, [0, 1])] and batch.metrics()["sampling/groups_kept"] == 2

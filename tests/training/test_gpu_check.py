@@ -44,11 +44,14 @@ def test_the_gpu_check_with_engine_vllm_samples_through_a_vllm_server_where_the_
             pytest.fail(unavailable_reason())
         pytest.skip(unavailable_reason())
     out = tmp_path / "gpu_check.json"
-    code = gpu_check.main(["--tiny", "--engine", "vllm", "--no-write", "--steps", "2", "--prompts", "2",
-                           "--candidates", "2", "--max-new-tokens", "8", "--micro-batch", "4", "--json-out", str(out)])
+    code = gpu_check.main(["--tiny", "--engine", "vllm", "--staleness", "1", "--no-write", "--steps", "3",
+                           "--prompts", "2", "--candidates", "2", "--max-new-tokens", "8", "--micro-batch", "4",
+                           "--json-out", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
     assert result["runtime"]["engine"]["name"] == "vllm" and result["facts"]["engine"].startswith("vllm")
+    assert "sampling ahead" in result["facts"]["engine"]
+    assert result["median"]["staleness"] == 1.0  # the timed steps (after step 1) were sampled one update behind
     assert result["median"]["logprob_diff_max"] > 0  # bfloat16 sampler vs float32 trainer: seen
 
 

@@ -73,7 +73,7 @@ def test_the_probe_function_chunks_in_order_and_reports_progress(qwen3_model_dir
     from training.config import config_from_dict
     from training.policy import load_policy
 
-    monkeypatch.setattr(probe_module, "CANDIDATES_PER_GENERATE", 2)  # one problem per chunk
+    # Three problems: one per chunk (PROGRESS_CHUNKS), so progress counts each as it finishes.
     cfg = config_from_dict({"model": {"name_or_path": str(qwen3_model_dir), "lora": None},
                             "sampling": {"stop": ["\n", "\r"], "max_new_tokens": 8}})
     policy = load_policy(cfg.model, kl_coef=0.0)
@@ -84,6 +84,20 @@ def test_the_probe_function_chunks_in_order_and_reports_progress(qwen3_model_dir
     assert [(r.problem_id, r.samples) for r in results] == [("free", 2), ("impossible", 2), ("add", 2)]
     assert results[0].passed == 2 and results[1].passed == 0
     assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_a_set_that_fits_one_generate_is_still_probed_in_chunks_so_progress_moves():
+    from training.probe import CANDIDATES_PER_GENERATE, PROGRESS_CHUNKS, chunk_size
+
+    assert chunk_size(194, 2) == 25  # the demo set: 8 chunks, not 2 of 128
+    assert chunk_size(3, 2) == 1 and chunk_size(1, 1) == 1
+    assert chunk_size(100_000, 8) == CANDIDATES_PER_GENERATE // 8  # a big set: generate batches stay full
+    assert chunk_size(10_000, 512) == 1
+    for problems in (1, 7, 8, 9, 194, 5000):
+        for samples in (1, 2, 8, 64):
+            size = chunk_size(problems, samples)
+            assert size * samples <= max(CANDIDATES_PER_GENERATE, samples)  # one generate's worth at most
+            assert size <= -(-problems // PROGRESS_CHUNKS)  # no chunk bigger than an eighth of the set
 
 
 def error_line(err):

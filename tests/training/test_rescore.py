@@ -7,6 +7,7 @@ the estimator per group, the clip; and Spearman's rho from ranks counted pair by
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -217,3 +218,84 @@ def test_settings_come_from_the_run_config():
 def test_rank_correlation_is_spearmans_rho_with_average_ranks(x, y):
     assert rank_correlation(x, y) == pytest.approx(brute_spearman(x, y))
     assert average_ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]
+
+
+# ------------------------------------------------------------------------------------- multi-turn repair
+
+def _repair_group(**settings):
+    """One group of two multi-turn candidates. A fails (pass_rate 0, syntax 1), is told why and passes;
+    B passes half the tests at its first turn (a trajectory of one turn). Stored under weights 0.5/0.5."""
+    from training.rescore import StoredTurn
+
+    a = (StoredTurn(rewards={"pass_rate": 0.0, "syntax": 1.0}, reward=0.5),
+         StoredTurn(rewards={"pass_rate": 1.0, "syntax": 1.0}, reward=1.0))
+    b = (StoredTurn(rewards={"pass_rate": 0.5, "syntax": 1.0}, reward=0.75),)
+    cands = [StoredCandidate(step=1, problem_id="p", index=i, rewards=dict(turns[-1].rewards),
+                             reward=turns[-1].reward, turns=turns) for i, turns in enumerate((a, b))]
+    before = RewardSettings(weights={"pass_rate": 0.5, "syntax": 0.5}, advantage="dr_grpo", clip=None, **settings)
+    return cands, before
+
+
+def test_discounted_turn_credit_is_rescored_per_turn_with_hand_computed_numbers():
+    cands, before = _repair_group(turns="discounted", turn_discount=0.5)
+    out = rescore(cands, before, {"pass_rate": 1.0, "syntax": 0.0})
+    # Before: A's turns r = (0.5, 1.0), returns G = (0.5 + 0.5 * 1.0, 1.0) = (1.0, 1.0); B's G = 0.75.
+    # Pool (1.0, 1.0, 0.75), mean 11/12: Dr. GRPO advantages (1/12, 1/12, -1/6).
+    # After (pass_rate alone): A's r = (0, 1), G = (0.5, 1.0); B's G = 0.5. Pool mean 2/3: (-1/6, 1/3, -1/6).
+    a, b = out["problems"][0]["candidates"]
+    assert [(t["reward_before"], t["reward_after"]) for t in a["turns"]] == [(0.5, 0.0), (1.0, 1.0)]
+    assert [(t["return_before"], t["return_after"]) for t in a["turns"]] == [(1.0, 0.5), (1.0, 1.0)]
+    assert [t["advantage_before"] for t in a["turns"]] == pytest.approx([1 / 12, 1 / 12], abs=1e-6)
+    assert [t["advantage_after"] for t in a["turns"]] == pytest.approx([-1 / 6, 1 / 3], abs=1e-6)
+    assert [t["sign_flip"] for t in a["turns"]] == [True, False]  # turn 1 + -> -, turn 2 stays +
+    assert b["turns"][0]["advantage_before"] == pytest.approx(-1 / 6, abs=1e-6)
+    assert b["turns"][0]["advantage_after"] == pytest.approx(-1 / 6, abs=1e-6) and not b["sign_flip"]
+    # A candidate's own numbers are its first turn's: the trajectory's return and advantage.
+    assert (a["reward_before"], a["reward_after"]) == (1.0, 0.5) and a["sign_flip"]
+    assert a["advantage_after"] == pytest.approx(-1 / 6, abs=1e-6)
+    # One of the three turn advantages flips. Ranks of the pools: (2.5, 2.5, 1) vs (1.5, 3, 1.5): rho = 0.5.
+    assert out["summary"]["sign_flips"] == pytest.approx(1 / 3) and out["summary"]["candidates"] == 2
+    assert out["steps"][0]["rank_corr"] == pytest.approx(0.5)
+
+
+def test_final_turn_credit_rescores_the_trajectorys_last_turn_and_any_turns_penalised_flag():
+    cands, before = _repair_group(turns="final", penalize_flags=("spoofed_output",))
+    out = rescore(cands, before, {"pass_rate": 1.0, "syntax": 0.0})
+    a, b = out["problems"][0]["candidates"]
+    # Totals are the last turns': before (1.0, 0.75), after (1.0, 0.5); mean-centred (1/8, -1/8), (1/4, -1/4).
+    assert (a["reward_before"], a["reward_after"], b["reward_before"], b["reward_after"]) == (1.0, 1.0, 0.75, 0.5)
+    assert a["advantage_before"] == pytest.approx(0.125) and a["advantage_after"] == pytest.approx(0.25)
+    # Every turn's tokens get the trajectory's advantage; each turn's own reward is shown beside it.
+    assert [(t["reward_before"], t["reward_after"], t["return_after"], t["advantage_after"]) for t in a["turns"]] \
+        == [(0.5, 0.0, 1.0, pytest.approx(0.25)), (1.0, 1.0, 1.0, pytest.approx(0.25))]
+    assert out["summary"]["sign_flips"] == 0.0
+
+    # A flag the run penalises on turn 1 alone zeroes the whole trajectory, as training does.
+    hacked = dataclasses.replace(cands[0], reward=0.0, turns=(
+        dataclasses.replace(cands[0].turns[0], flags=("spoofed_output",), reward=0.0), cands[0].turns[1]))
+    assert total_under(hacked, before) == 0.0
+    out = rescore([hacked, cands[1]], before, {"pass_rate": 1.0, "syntax": 0.0})
+    a = out["problems"][0]["candidates"][0]
+    assert (a["reward_before"], a["reward_after"]) == (0.0, 0.0)
+    assert [t["reward_after"] for t in a["turns"]] == [0.0, 1.0]  # the flagged turn's own total is 0
+
+
+def test_a_turns_overlong_penalty_is_kept_and_inferred_where_the_run_did_not_store_it():
+    from training.rescore import StoredTurn, turn_totals_under
+
+    before = RewardSettings(weights={"pass_rate": 0.5, "syntax": 0.5}, turns="discounted")
+    stored = StoredTurn(rewards={"pass_rate": 1.0, "syntax": 1.0}, reward=0.75, overlong_penalty=-0.25)
+    old = StoredTurn(rewards={"pass_rate": 0.0, "syntax": 1.0}, reward=0.25)  # 0.5 combined, penalty not stored
+    c = StoredCandidate(step=1, problem_id="p", index=0, rewards=stored.rewards, turns=(old, stored))
+    assert turn_totals_under(c, before, before) == [0.25, 0.75]
+    assert turn_totals_under(c, dataclasses.replace(before, weights={"pass_rate": 1.0, "syntax": 0.0}),
+                             before) == [-0.25, 0.75]
+
+
+def test_a_one_turn_run_is_rescored_as_before_whatever_reward_turns_says():
+    cfg = config_from_dict({"reward": {"turns": "discounted"}})
+    assert RewardSettings.from_config(cfg).turns == "final"  # sampling.turns 1: one advantage per candidate
+    cfg = config_from_dict({"reward": {"turns": "discounted", "turn_discount": 0.7},
+                            "sampling": {"turns": 2, "prompt_style": "chat"}})
+    s = RewardSettings.from_config(cfg)
+    assert (s.turns, s.turn_discount) == ("discounted", 0.7)

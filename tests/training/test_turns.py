@@ -11,6 +11,8 @@ from training.events import read_events
 RIGHT = {"add": "def add(a, b):\n    return a + b\n", "sub": "def sub(a, b):\n    return a - b\n",
          "neg": "def neg(a):\n    return -a\n", "mul": "def mul(a, b):\n    return a * b\n"}
 WRONG = {"add": "def add(a, b):\n    import sys\n    print('looking', file=sys.stderr)\n    return a - b\n"}
+STUBBORN = "def add(a, b):\n    return a * b\n"
+"""A wrong answer that a trajectory keeps giving at every turn (``ScriptedEngine(wrong_samples=...)``)."""
 
 
 def _problems(*ids):
@@ -29,11 +31,14 @@ class ScriptedEngine:
 
     name = "scripted"
 
-    def __init__(self, tokenizer, problems, wrong=WRONG, think=""):
+    def __init__(self, tokenizer, problems, wrong=WRONG, think="", wrong_samples=None):
         self.tokenizer = tokenizer
         self.problems = problems
         self.wrong = wrong
         self.think = think
+        self.wrong_samples = wrong_samples
+        """None: every sample gets the wrong code at turn 1; else sample j -> False (``WRONG`` at turn 1),
+        True (``STUBBORN`` at every turn); a sample not named is right at once."""
         self.calls = []  # (turn, prompt_ids)
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
@@ -47,8 +52,13 @@ class ScriptedEngine:
         for p, ids in enumerate(encoded):
             problem = next(q for q in self.problems if prompts[p].find(f"`{q.entry_point}`") >= 0)
             code = self.wrong.get(problem.id) if turn == 1 else None
-            text = self.think + _reply(code or RIGHT[problem.id])
-            for _ in range(n):
+            for j in range(n):
+                answer = code
+                if self.wrong_samples is not None and code is not None:
+                    answer = {True: STUBBORN, False: code}.get(self.wrong_samples.get(j))
+                elif turn > 1 and STUBBORN in self.tokenizer.decode(ids):  # it answered that before
+                    answer = STUBBORN
+                text = self.think + _reply(answer or RIGHT[problem.id])
                 reply = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.eos]
                 batch.prompt_ids.append(list(ids))
                 batch.completion_ids.append(reply)
@@ -82,11 +92,11 @@ def tokenizer(qwen3_model_dir):
     return load_tokenizer(str(qwen3_model_dir))
 
 
-def _scripted_rollout(tokenizer, runner, ids=("add", "sub"), **sampling):
+def _scripted_rollout(tokenizer, runner, ids=("add", "sub"), wrong_samples=None, **sampling):
     from training.rollout import start_rollout
 
     problems = _problems(*ids)
-    engine = ScriptedEngine(tokenizer, problems, think=sampling.pop("think", ""))
+    engine = ScriptedEngine(tokenizer, problems, think=sampling.pop("think", ""), wrong_samples=wrong_samples)
     pending = start_rollout(engine, tokenizer, problems, _sampling(**sampling), runner, generator_seed=0)
     return engine, pending, pending.finish()
 
@@ -192,6 +202,62 @@ def test_discounted_returns_and_pooled_turn_advantages_match_hand_computed_value
     assert per_token.tolist() == [[-0.5, -0.5, 0.0, 0.0, 0.25, 0.0], [0.75, 0.75, 0.75, 0.0, 0.0, 0.0]]
 
 
+def _stored(rollout, k):
+    """The rollout's candidates as the web app hands them to the what-if re-scoring (their event dicts)."""
+    from training.rescore import StoredCandidate, StoredTurn
+
+    out = []
+    for i, c in enumerate(rollout.candidates):
+        e = c.event_dict()
+        turns = tuple(StoredTurn(rewards=t["rewards"], reward=t["reward"], flags=tuple(t["flags"]),
+                                 overlong_penalty=t["overlong_penalty"]) for t in e["turns"])
+        out.append(StoredCandidate(step=1, problem_id=c.problem_id, index=i % k, rewards=e["rewards"],
+                                   reward=e["reward"], flags=tuple(e["result"].get("flags") or ()),
+                                   overlong_penalty=e.get("overlong_penalty", 0.0), turns=turns))
+    return out
+
+
+@pytest.mark.parametrize("credit", ["final", "discounted"])
+def test_what_if_rescoring_gives_each_turn_the_advantage_training_gives_its_tokens(tokenizer, runner, credit):
+    """The what-if answer for a real two-turn rollout equals the trainer's own advantages, per token of
+    each turn: under the run's weights (before) and after re-scoring the same executions with others."""
+    from training.advantages import clip_advantages, compute_advantages
+    from training.config import config_from_dict
+    from training.rescore import RewardSettings, rescore
+    from training.trainer import _discounted_advantages
+    from training.turns import score_trajectories
+
+    # add: #0 fails then repairs, #1 passes at once, #2 fails twice; sub: all pass at once
+    _, pending, rollout = _scripted_rollout(tokenizer, runner, wrong_samples={0: False, 2: True},
+                                            candidates_per_problem=3)
+    cfg = config_from_dict({"sampling": {"turns": 2, "prompt_style": "chat", "candidates_per_problem": 3},
+                            "reward": {"turns": credit, "turn_discount": 0.4, "clip": 0.9}})
+    other = {"pass_rate": 0.1, "syntax": 0.0, "efficiency": 0.0, "conciseness": 1.0, "format": 0.3}
+    rescored = score_trajectories(pending.problems, pending.trajectories, rollout.batch, group_size=3,
+                                  weights=other)
+    token_turns = rollout.batch.padded(tokenizer.pad_token_id)["token_turns"]  # (N, C)
+
+    def trained(r):  # what the trainer gives each turn's tokens: per candidate, per turn
+        if credit == "discounted":
+            adv = _discounted_advantages(cfg, r, token_turns)  # (N, C)
+            return [[adv[n][(token_turns[n] == t).nonzero()[0, 0]].item() for t in range(len(c.turns))]
+                    for n, c in enumerate(r.candidates)]
+        adv = clip_advantages(compute_advantages(cfg.ppo.advantage, r.rewards), cfg.reward.clip).flatten()  # (N,)
+        return [[adv[n].item()] * len(c.turns) for n, c in enumerate(r.candidates)]
+
+    out = rescore(_stored(rollout, 3), RewardSettings.from_config(cfg), other)
+    rows = {(p["problem_id"], c["index"]): c for p in out["problems"] for c in p["candidates"]}
+    for n, (cand, before, after) in enumerate(zip(rollout.candidates, trained(rollout), trained(rescored))):
+        turns = rows[(cand.problem_id, n % 3)]["turns"]
+        assert [t["advantage_before"] for t in turns] == pytest.approx(before, abs=1e-6)
+        assert [t["advantage_after"] for t in turns] == pytest.approx(after, abs=1e-6)
+        assert [t["reward_after"] for t in turns] == pytest.approx(rescored.candidates[n].turn_rewards)
+    add = [rows[("add", i)] for i in (0, 1, 2)]
+    assert [len(c["turns"]) for c in add] == [2, 1, 2]
+    assert any(abs(t["advantage_before"]) > 0.01 for c in add for t in c["turns"])  # the group has signal
+    assert any(t["advantage_before"] != pytest.approx(t["advantage_after"]) for c in add for t in c["turns"])
+
+
 # --------------------------------------------------------------------------------------------- rollout
 
 
@@ -236,6 +302,22 @@ def test_a_failing_turn_gets_the_feedback_and_a_second_turn_on_one_exact_token_s
     assert metrics["repair/rate"] == 1.0 and metrics["turns/mean"] == 1.5
     assert metrics["reward/turn2"] == pytest.approx(second["reward"])
     assert metrics["reward/turn1"] == pytest.approx((2 * first["reward"] + 2 * rollout.candidates[2].reward) / 4)
+
+
+def test_an_engine_is_sized_for_a_later_turns_prompt_and_a_real_feedback_fits_the_budget(tokenizer, runner):
+    from training.config import FeedbackConfig
+    from training.generation import build_prompt
+    from training.turns import engine_prompt_tokens, feedback_token_budget
+
+    problems, feedback = _problems("add", "sub"), FeedbackConfig()
+    first = max(len(tokenizer(build_prompt(p, tokenizer, "chat", False))["input_ids"]) for p in problems)
+    assert engine_prompt_tokens(tokenizer, problems, _sampling(turns=1), feedback) == first
+    three = _sampling(turns=3, max_new_tokens=16)
+    assert engine_prompt_tokens(tokenizer, problems, three, feedback) == first + 2 * (
+        16 + feedback_token_budget(feedback, three))
+    _, pending, _ = _scripted_rollout(tokenizer, runner)
+    told = [tr.turns[0].feedback_ids for tr in pending.trajectories if len(tr.turns) == 2]
+    assert told and max(map(len, told)) <= feedback_token_budget(feedback, _sampling())
 
 
 def test_with_a_thinking_template_that_drops_old_thinking_the_trajectory_keeps_every_token(tokenizer, runner):
@@ -349,13 +431,28 @@ def test_a_one_turn_run_takes_todays_path(tmp_path, qwen3_model_dir, train_probl
         raise AssertionError("a one-turn run must not build trajectories")
 
     monkeypatch.setattr(turns, "start_trajectories", refuse)
+    steady = {"weights": {"efficiency": 0.0}}  # no timing in the rewards: two runs can be compared exactly
     cfg = tiny_run_config(qwen3_model_dir, train_problems_file, train={"steps": 1},
-                          sampling={"prompt_style": "chat", "max_new_tokens": 8})
+                          sampling={"prompt_style": "chat", "max_new_tokens": 8}, reward=steady)
     assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
     events = read_events(tmp_path / "run" / "events.jsonl")
     metrics = next(e for e in events if e["event"] == "step")["metrics"]
     assert not any(k.startswith(("pass@1/turn", "repair/", "turns/", "reward/turn")) for k in metrics)
     assert all("turns" not in c for e in events if e["event"] == "problem" for c in e["candidates"])
+
+    # The multi-turn settings change nothing in a one-turn run: the same candidates, rewards and update.
+    other = tiny_run_config(qwen3_model_dir, train_problems_file, train={"steps": 1},
+                            sampling={"prompt_style": "chat", "max_new_tokens": 8},
+                            reward={**steady, "turns": "discounted", "turn_discount": 0.9},
+                            feedback={"tests_shown": 1, "stderr_chars": 10, "include_code": True})
+    assert train(other, tmp_path / "other", runner=runner, progress=False) == "succeeded"
+    again = read_events(tmp_path / "other" / "events.jsonl")
+    scored = lambda evs: [(c["code"], c["reward"], c["rewards"]) for e in evs  # noqa: E731
+                          if e["event"] == "problem" for c in e["candidates"]]
+    assert scored(again) == scored(events) and len(scored(events)) == 8
+    step = next(e for e in again if e["event"] == "step")["metrics"]
+    for key in ("reward/mean", "loss/policy", "grad_norm", "entropy", "clip_frac"):
+        assert step[key] == pytest.approx(metrics[key], rel=1e-6, abs=1e-9), key
 
 
 @pytest.mark.parametrize("credit", ["discounted"])

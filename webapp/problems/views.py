@@ -119,8 +119,10 @@ def probe_context(request: HttpRequest, problem_set: ProblemSet, page, probe_for
     (histogram, never/always solved lists, the table's pass-rate column) and the form."""
     latest = probes.latest_probe(problem_set)
     finished = latest if latest is not None and latest.status == "done" else probes.latest_finished_probe(problem_set)
+    # The form starts from the latest probe's model and sample count: estimating again keeps them.
+    initial = {"model": latest.model, "samples": latest.samples} if latest is not None else {}
     context = {"probe": latest, "probe_done": finished,
-               "probe_form": probe_form or ProbeForm(user=request.user)}
+               "probe_form": probe_form or ProbeForm(user=request.user, initial=initial)}
     if finished is not None:
         rates = finished.pass_rates()
         for row in page:  # the page's rows are a list from here on: the template sees these attributes

@@ -191,7 +191,8 @@ class RescoreIn(Schema):
 class RescoreStepOut(Schema):
     step: int
     sign_flips: float = Field(description="share of the step's candidates whose advantage changes sign "
-                                          "(0, a group without signal, counts as a sign)")
+                                          "(0, a group without signal, counts as a sign; reward.turns "
+                                          "discounted: of the turns, each with its own advantage)")
     rank_corr: float = Field(description="mean over the step's groups of Spearman's rank correlation of "
                                          "the rewards before and after")
     candidates: int
@@ -200,15 +201,30 @@ class RescoreStepOut(Schema):
     zero_variance_after: int
 
 
+class RescoreTurnOut(Schema):
+    reward_before: float = Field(description="the turn's own total reward")
+    reward_after: float
+    return_before: float = Field(description="what its tokens' advantage is computed from: with reward.turns "
+                                             "discounted its return sum_{s>=t} gamma^(s-t) r_s, with final the "
+                                             "trajectory's total")
+    return_after: float
+    advantage_before: float = Field(description="the advantage its tokens are trained with")
+    advantage_after: float
+    sign_flip: bool
+
+
 class RescoreCandidateOut(Schema):
     step: int
     index: int
-    reward_before: float
+    reward_before: float = Field(description="the total its advantage is computed from (reward.turns "
+                                             "discounted: its first turn's return)")
     reward_after: float
     advantage_before: float
     advantage_after: float
-    sign_flip: bool = Field(description="the advantage changes sign (counted in sign_flips)")
+    sign_flip: bool = Field(description="an advantage of it changes sign (counted in sign_flips)")
     status: str = Field(description="execution outcome")
+    turns: list[RescoreTurnOut] | None = Field(None, description="multi-turn repair: each turn; absent for one "
+                                                                 "turn")
 
 
 class RescoreProblemOut(Schema):

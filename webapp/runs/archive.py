@@ -21,6 +21,10 @@ from .model_refs import MODELS_PREFIX, is_hub_id
 from .models import Checkpoint, Eval, Run, StepMetric
 
 ARCHIVE_FILES = ("README.md", "crucible_run.yaml", "metrics_summary.json")
+RUN_INPUTS = ("problems.jsonl", "probe.jsonl")
+"""The run's own copies of its inputs, which ``crucible_run.yaml`` names relative to its directory."""
+RUN_INPUTS_MAX_BYTES = 32 * 1024 * 1024
+"""Largest input copy an archive carries (held in memory while it streams); a larger one the card names."""
 
 
 def config_yaml(run: Run) -> str:
@@ -97,7 +101,7 @@ def metrics_summary(run: Run, checkpoint: Checkpoint) -> dict:
     }
 
 
-def model_card(run: Run, checkpoint: Checkpoint, summary: dict) -> str:
+def model_card(run: Run, checkpoint: Checkpoint, summary: dict, rerun: str = "") -> str:
     config = run.config or {}
     weights = config.get("reward", {}).get("weights", {})
     lora = config.get("model", {}).get("lora")
@@ -140,16 +144,56 @@ best {pct(heldout['best'])}. Per evaluation: `metrics_summary.json`.
   {sampling.get('prompt_style')} prompts, at most {sampling.get('max_new_tokens')} new tokens;
   checkpoint at step {checkpoint.step} of {train.get('steps')}
 
-The whole config is `crucible_run.yaml` (`python -m training run --config crucible_run.yaml --out DIR`).
+## Rerun
+
+{rerun}
 """
+
+
+def rerun_text(run: Run, summary: dict, carried: list[str], left_out: dict[str, int]) -> str:
+    """The card's "Rerun" section: what the archive holds for ``python -m training run`` and what it needs
+    besides (the base model; an input too large to carry)."""
+    config = run.config or {}
+    name = str(config.get("model", {}).get("name_or_path") or "")
+    lines = ["The whole config is `crucible_run.yaml`. From the directory this archive unpacks to:", "",
+             "```bash", "python -m training run --config crucible_run.yaml --out RUN_DIR", "```", ""]
+    if carried:
+        lines.append("It finds " + " and ".join(f"`{f}`" for f in carried) + " here (this run's own cop"
+                     + ("ies" if len(carried) > 1 else "y") + ", named relative to this directory by the config).")
+    for file, size in left_out.items():
+        what = ("the problem set (export it from the set's page)" if file == "problems.jsonl" else
+                "the difficulty probe's output the run filtered by")
+        lines.append(f"`{file}` ({size / 2**20:.0f} MiB) is too large for the archive: put {what} here as `{file}`.")
+    if is_hub_id(name) and not name.startswith(MODELS_PREFIX):  # models/<name> has a hub id's form too
+        lines.append(f"The base model `{name}` comes from the Hugging Face Hub.")
+    else:
+        lines.append(f"The base model is `{name}` on the server that trained it; elsewhere, name it with "
+                     f"`--set model.name_or_path=PATH` (a local copy of **{summary['base_model']}**"
+                     + (", which `python -m training tiny-model --out PATH --warmup-problems problems.jsonl` builds)."
+                        if summary["base_model"].startswith("tiny") else ")."))
+    return "\n".join(lines)
 
 
 def archive_extras(run: Run, checkpoint: Checkpoint, directory: Path) -> dict[str, bytes]:
     """Files to add to (or replace in) the archive, by path relative to the checkpoint directory."""
     summary = metrics_summary(run, checkpoint)
-    extras = {"README.md": model_card(run, checkpoint, summary).encode(),
-              "crucible_run.yaml": config_yaml(run).encode(),
-              "metrics_summary.json": (json.dumps(summary, indent=2) + "\n").encode()}
+    config = run.config or {}
+    difficulty = config.get("difficulty") if isinstance(config.get("difficulty"), dict) else {}
+    named = {"problems.jsonl": "problems" in config, "probe.jsonl": bool(difficulty.get("probe"))}
+    extras, left_out = {}, {}
+    for name in RUN_INPUTS:
+        source = Path(run.path) / name
+        if not named[name] or not source.is_file():
+            continue
+        size = source.stat().st_size
+        if size > RUN_INPUTS_MAX_BYTES:
+            left_out[name] = size
+        else:
+            extras[name] = source.read_bytes()
+    rerun = rerun_text(run, summary, list(extras), left_out)
+    extras |= {"README.md": model_card(run, checkpoint, summary, rerun).encode(),
+               "crucible_run.yaml": config_yaml(run).encode(),
+               "metrics_summary.json": (json.dumps(summary, indent=2) + "\n").encode()}
     for name, key in (("adapter_config.json", "base_model_name_or_path"), ("config.json", "_name_or_path")):
         path = directory / name
         try:

@@ -69,6 +69,7 @@ def experiment_rows(runs) -> list[dict]:
         rows.append({"run": run, "before": points[0][1] if points else None,
                      "after": points[-1][1] if len(points) > 1 else None,
                      "best": max(p for _, p in points) if points else None,
+                     "best_step": max(points, key=lambda point: point[1])[0] if points else None,
                      "reward": reward if isinstance(reward, (int, float)) else None,
                      "duration_s": (end - run.started).total_seconds() if run.started and end else None})
         rows[-1]["duration"] = duration_text(rows[-1]["duration_s"])

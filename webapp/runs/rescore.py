@@ -6,7 +6,9 @@ hands them over as plain data.
 
 A penalised flag is read from a candidate's stored result, which is its first execution's: with
 ``reward.repeats`` > 1 a flag raised only by a later execution is not seen here (its stored total,
-the "before", still is what training used).
+the "before", still is what training used). A multi-turn candidate's stored turns (each with its
+rewards, total, flags of every execution and overlong penalty) are handed over too, so its turns are
+credited as training credited them (``reward.turns``).
 
 ``training.rescore`` needs torch (the advantage estimators are tensor functions), which the web
 server does not load at start (tests/test_layers.py) and which takes seconds to import. A run page
@@ -123,14 +125,13 @@ def rescore_run(run: Run, weights: Any = None, steps: Any = None, top: int = 10)
 
     rows = (Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step__gte=first, step__lte=last)
             .values_list("step", "problem_id", "index", "reward", "rewards", "result__flags", "overlong_penalty",
-                         "status"))
+                         "status", "turns"))
     candidates, outcomes = [], {}
-    for step, problem_id, index, reward, rewards, flags, penalty, status in rows:
+    for step, problem_id, index, reward, rewards, flags, penalty, status, turns in rows:
         candidates.append(StoredCandidate(
             step=step, problem_id=problem_id, index=index, rewards=_numbers(rewards),
-            reward=reward if _finite(reward) else None,
-            flags=tuple(f for f in flags if isinstance(f, str)) if isinstance(flags, list) else (),
-            overlong_penalty=penalty if _finite(penalty) else 0.0))
+            reward=reward if _finite(reward) else None, flags=_flags(flags),
+            overlong_penalty=penalty if _finite(penalty) else 0.0, turns=_turns(turns)))
         outcomes[(step, problem_id, index)] = status
     try:
         answer = rescore(candidates, RewardSettings.from_config(cfg), new_weights, top=top)
@@ -173,11 +174,31 @@ def panel_context(run: Run) -> dict:
     weights = cfg.reward.weights.as_dict()
     return {"dimensions": [(name, f"{value:g}", docs.get(name, "")) for name, value in weights.items()],
             "stored": stored, "advantage": cfg.ppo.advantage, "default_steps": DEFAULT_STEPS,
+            "turns": cfg.reward.turns if cfg.sampling.turns > 1 else None,
             "default_from": step_range(None, stored)[0] if stored else None}
 
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _flags(flags: Any) -> tuple[str, ...]:
+    return tuple(f for f in flags if isinstance(f, str)) if isinstance(flags, list) else ()
+
+
+def _turns(turns: Any) -> tuple:
+    """A multi-turn candidate's stored turns as ``training.rescore.StoredTurn``s (empty for one turn)."""
+    from training.rescore import StoredTurn
+
+    if not isinstance(turns, list):
+        return ()
+    out = []
+    for turn in turns:
+        turn = turn if isinstance(turn, dict) else {}
+        reward, penalty = turn.get("reward"), turn.get("overlong_penalty")
+        out.append(StoredTurn(rewards=_numbers(turn.get("rewards")), reward=reward if _finite(reward) else None,
+                              flags=_flags(turn.get("flags")), overlong_penalty=penalty if _finite(penalty) else None))
+    return tuple(out)
 
 
 def _numbers(rewards: Any) -> dict[str, float]:

@@ -38,7 +38,11 @@ def runtime_rows(start: dict | None) -> dict | None:
     for label, key in (("architecture", "architecture"), ("device", "device"), ("dtype", "dtype")):
         if runtime.get(key):
             rows.append((label, str(runtime[key])))
-    if runtime.get("flush_denormal") and str(runtime.get("device", "")).startswith("cpu"):
+    # Only linear attention's decays underflow to denormals (training.runtime.cpu_float_mode): for any
+    # other model the mode changes nothing worth a line.
+    layer_types = runtime.get("layer_types") if isinstance(runtime.get("layer_types"), dict) else {}
+    linear = isinstance(layer_types.get("linear_attention"), int) and layer_types["linear_attention"] > 0
+    if runtime.get("flush_denormal") and str(runtime.get("device", "")).startswith("cpu") and linear:
         rows.append(("float mode", "denormals flushed to zero (faster linear attention on CPU)"))
     layers = layer_mix(runtime.get("layer_types"))
     if layers:

@@ -492,6 +492,9 @@ def broadcast_event(run_id: int, message: dict) -> None:
 def notify_status(run: Run) -> None:
     """Status change: to the run's page (an extra ``status`` message) and the owner's notifications."""
     run.refresh_from_db(fields=["status", "error", "step", "started", "finished"])
+    # The `make run` terminal shows these lines (webapp.console.RUN_STATE) among warnings and errors.
+    log.info("run #%s “%s”: %s at step %s%s", run.pk, run.name, run.status, run.step,
+             f" ({run.error.splitlines()[0][:200]})" if run.error else "")
     payload = {"event": "status", "run_id": run.pk, "status": run.status, "error": run.error or None,
                "step": run.step, "time": timezone.now().timestamp()}
     broadcast_event(run.pk, payload)

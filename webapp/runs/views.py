@@ -190,6 +190,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "run_id": run.pk,
         "integrity": integrity.panel(run),
         "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
+        # "Compare with…": the newest runs this user sees, those on the same problem set first.
+        "compare_candidates": sorted(
+            Run.objects.visible_to(request.user).exclude(pk=run.pk).only("id", "name", "status", "problem_set_id")[:30],
+            key=lambda r: r.problem_set_id != run.problem_set_id),
     })
 
 
@@ -245,14 +249,16 @@ def run_integrity(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def _config_facts(config: dict) -> dict:
-    """What the run page needs to know which panels are 0 by construction (clip fraction, KL)."""
+    """What the run page needs to know which panels are 0 by construction (clip fraction, KL), and the
+    groups a step samples without dynamic sampling (the groups chart's reference line)."""
     if not config:
         return {}
     ppo, sampling = config.get("ppo", {}), config.get("sampling", {})
     batch = sampling.get("problems_per_step", 0) * sampling.get("candidates_per_problem", 0)
     minibatch = ppo.get("minibatch_size")
     return {"epochs_per_batch": ppo.get("epochs_per_batch"), "kl_coef": ppo.get("kl_coef"),
-            "single_minibatch": minibatch is None or minibatch >= batch}
+            "single_minibatch": minibatch is None or minibatch >= batch,
+            "problems_per_step": sampling.get("problems_per_step"), "dynamic": bool(sampling.get("dynamic"))}
 
 
 def _reward_note(dimension: str, value, candidate: dict) -> str:
@@ -309,6 +315,10 @@ SET_ASIDE_TEXT = {
 """Why a candidate's group was left out of the update (the problem event's ``set_aside``)."""
 
 
+CANDIDATES_PAGE = 50
+"""Candidates per page of the run page's inspector (newest first; ?page=2 the next 50, and so on)."""
+
+
 @require_GET
 def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpResponse:
     """HTML fragment: a problem's candidates, code highlighted server-side; ``flag`` keeps those whose
@@ -329,7 +339,13 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
     listed = queries.candidates(run, problem_id, status=status, step=step, phase=phase)
     flag_counts = integrity.flag_counts(listed)
     candidates = [c for c in listed if flag in integrity.carried_flags(c)] if flag else listed
-    shown = candidates[:50]
+    pages = max(1, -(-len(candidates) // CANDIDATES_PAGE))
+    raw_page = request.GET.get("page")
+    page = int_param(raw_page) if raw_page else 1
+    if page is None or not 1 <= page <= pages:
+        raise Http404(f"page must be a whole number from 1 to {pages}")
+    first = (page - 1) * CANDIDATES_PAGE
+    shown = candidates[first:first + CANDIDATES_PAGE]
     for c in shown:
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
@@ -343,6 +359,8 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
                     for name in FLAGS if name in flag_counts or name == flag]
     return render(request, "runs/_candidates.html", {
         "run": run, "problem_id": problem_id, "candidates": shown, "total": len(candidates),
+        "page": page, "pages": pages, "first": first + 1, "last": first + len(shown),
+        "newer": min(CANDIDATES_PAGE, first), "older": min(CANDIDATES_PAGE, len(candidates) - first - len(shown)),
         "status": status or "all", "flag": flag or "", "flag_filters": flag_filters, "step": step,
         "heldout": heldout is not None, "evaluations": evaluations,
         "eval_filters": _eval_filters(run, evaluations, step) if heldout else [],
@@ -389,10 +407,12 @@ def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_GET
 def run_compare(request: HttpRequest) -> HttpResponse:
-    raw = [x for x in request.GET.get("ids", "").split(",") if x.strip()]
+    # ids=1,2 (the runs list) or ids=1&ids=2 (the run page's "Compare with…" form), or both.
+    raw = [x for value in request.GET.getlist("ids") for x in value.split(",") if x.strip()]
     ids = [int_param(x) for x in raw]
     if None in ids:
-        messages.error(request, f"ids must be run numbers separated by commas, got {request.GET.get('ids')[:100]!r}")
+        given = ",".join(request.GET.getlist("ids"))
+        messages.error(request, f"ids must be run numbers separated by commas, got {given[:100]!r}")
         return redirect("run-list")
     ids = list(dict.fromkeys(ids))
     runs = {r.pk: r for r in Run.objects.visible_to(request.user).select_related("problem_set").filter(pk__in=ids)}
@@ -410,5 +430,9 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     diff = [(k, [f.get(k) for f in flats]) for k in keys]
     differing = [(k, [_shown(v) for v in values]) for k, values in diff if len({repr(v) for v in values}) > 1]
     series = [{"id": r.pk, "name": r.name, "metrics": queries.metrics(r), "evals": queries.evals(r)} for r in ordered]
-    return render(request, "runs/compare.html", {"runs": ordered, "differing": differing,
+    # The runs list's numbers (held-out before/after/best, final reward, duration), with what each sampled.
+    rows = {row["run"].pk: row for row in queries.experiment_rows(Run.objects.filter(pk__in=ids))}
+    summary = [rows[r.pk] | {"engine": ((r.config or {}).get("sampling") or {}).get("engine", "hf"),
+                             "model": ((r.config or {}).get("model") or {}).get("name_or_path", "")} for r in ordered]
+    return render(request, "runs/compare.html", {"runs": ordered, "differing": differing, "summary": summary,
                                                  "same": len(diff) - len(differing), "series": series})

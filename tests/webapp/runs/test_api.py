@@ -93,7 +93,8 @@ def test_checkpoint_download_is_a_tar_gz_of_the_directory(client_alice, run):
     with tarfile.open(fileobj=io.BytesIO(b"".join(r.streaming_content)), mode="r:gz") as tar:
         names = sorted(tar.getnames())
         assert names == ["step-2/README.md", "step-2/adapter_config.json", "step-2/adapter_model.safetensors",
-                         "step-2/crucible_run.yaml", "step-2/metrics_summary.json"]  # + the run's card, config, metrics
+                         "step-2/crucible_run.yaml", "step-2/metrics_summary.json",
+                         "step-2/problems.jsonl"]  # + the run's card, config, metrics and the problems it names
         assert json.loads(tar.extractfile("step-2/adapter_config.json").read()) == {"r": 8}
 
 

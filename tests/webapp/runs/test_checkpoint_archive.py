@@ -77,3 +77,44 @@ def test_no_checkpoint_is_best_when_none_beats_the_base_model(client_alice, run)
     _finished(run)  # its checkpoint at step 2 scores 0.75, but...
     _ingest(run, [eval_event(0, 0.8)])  # ...the base model scored 0.8 before training
     assert not any(c["best"] for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json())
+
+
+def test_the_archive_carries_the_runs_problems_and_its_card_says_how_to_rerun(client_alice, run, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    _finished(run)
+    [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()
+    files = _archive(client_alice, ckpt["download_url"])
+    config = yaml.safe_load(files["step-2/crucible_run.yaml"])
+    assert config["problems"] == "problems.jsonl"
+    assert files["step-2/problems.jsonl"] == (run.path / "problems.jsonl").read_bytes()  # the file the config names
+    card = files["step-2/README.md"].decode()
+    assert "python -m training run --config crucible_run.yaml --out RUN_DIR" in card
+    assert "finds `problems.jsonl` here" in card
+    assert "`--set model.name_or_path=PATH`" in card and "tiny-model --out PATH" in card  # models/tiny: not a hub id
+
+    # Unpacked, the config and the problem file it names load as the trainer loads them.
+    for name in ("crucible_run.yaml", "problems.jsonl"):
+        (tmp_path / name).write_bytes(files[f"step-2/{name}"])
+    code = ("from training.config import load_config; from training.cli import load_problems_or_fail; "
+            "cfg = load_config('crucible_run.yaml'); print(len(load_problems_or_fail(cfg.problems)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == 4  # the small set's problems
+
+
+def test_an_input_too_large_for_the_archive_is_named_in_the_card(client_alice, run, monkeypatch):
+    from webapp.runs import archive
+
+    _finished(run)
+    monkeypatch.setattr(archive, "RUN_INPUTS_MAX_BYTES", 10)
+    [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()
+    files = _archive(client_alice, ckpt["download_url"])
+    assert "step-2/problems.jsonl" not in files
+    assert "is too large for the archive: put the problem set (export it from the set's page) here as " \
+           "`problems.jsonl`" in files["step-2/README.md"].decode()

@@ -33,3 +33,21 @@ def test_the_compare_page_loads_the_shared_metric_names(client_alice, user, prob
     assert re.search(r"var CrucibleMetrics\b", names) and re.search(r'"kl": "[^"]+"', names)  # a name for kl
     compare = b"".join(client_alice.get("/static/js/run_compare.js").streaming_content).decode()
     assert 'CrucibleMetrics.label("kl")' in compare
+
+
+def test_compare_takes_ids_as_repeated_parameters_as_the_run_pages_form_sends_them(client_alice, user, problem_set,
+                                                                                     run):
+    other = create_run(user, "other", problem_set, TINY_OVERRIDES)
+    html = client_alice.get(f"/runs/compare?ids={run.pk}&ids={other.pk}").content.decode()
+    assert "Compare runs" in html and f"#{other.pk} other" in html
+
+
+def test_the_run_page_offers_the_users_other_runs_to_compare_with(client_alice, user, other_user, problem_set, run):
+    from tests.webapp.runs.conftest import make_problem_set
+
+    other = create_run(user, "other", problem_set, TINY_OVERRIDES)
+    bobs = create_run(other_user, "bobs", make_problem_set(other_user), TINY_OVERRIDES)
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    pick = html.split('id="compare-with"')[1].split("</details>")[0]
+    assert f'name="ids" value="{run.pk}"' in pick and f'value="{other.pk}"' in pick and "same set" in pick
+    assert f'value="{bobs.pk}"' not in pick  # another tenant's run is never offered

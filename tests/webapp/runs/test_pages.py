@@ -214,3 +214,10 @@ def test_the_run_page_of_a_run_stored_before_the_new_config_fields_still_renders
     Run.objects.filter(pk=run.pk).update(config=config)
     r = client_alice.get(f"/runs/{run.pk}/")
     assert r.status_code == 200 and "thinking on" not in r.content.decode()
+
+
+def test_a_candidates_page_past_the_last_is_not_found(client_alice, run):
+    r = client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates?page=2")
+    assert r.status_code == 404
+    assert client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates?page=x").status_code == 404
+    assert client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates?page=1").status_code == 200

@@ -38,6 +38,14 @@ def test_a_start_event_without_runtime_shows_none_and_a_missing_package_says_so(
     assert cpu["float mode"].startswith("denormals flushed to zero")
 
 
+def test_the_float_mode_line_is_only_for_models_with_linear_attention():
+    dense = runtime_block(device="cpu", flush_denormal=True, layer_types={"full_attention": 4})
+    rows = dict(runtime_rows({"runtime": dense})["rows"])
+    assert "float mode" not in rows and rows["layers"] == "4 full attention"
+    unknown = runtime_block(device="cpu", flush_denormal=True, layer_types=None)
+    assert "float mode" not in dict(runtime_rows({"runtime": unknown})["rows"])
+
+
 def test_mismatch_is_a_warning_only_above_the_threshold():
     assert mismatch_warning({"rollout/mismatch_kl": 1e-9}, 3) is None
     assert mismatch_warning({"rollout/mismatch_kl": MISMATCH_KL_WARN}, 3) is None

@@ -4,7 +4,7 @@ import pytest
 
 from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import eval_event, problem_event, result, step_event, write_events
+from .conftest import TINY_OVERRIDES, eval_event, problem_event, result, step_event, write_events
 
 WRONG = "def add0(a, b):\n    return a - b\n"
 RIGHT = "def add0(a, b):\n    return a + b\n"
@@ -100,8 +100,8 @@ def test_a_flag_raised_by_an_earlier_turn_is_found_by_the_flag_filter_and_shown_
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["models/tiny", "models/tiny-qwen3_5"], ids=["qwen3", "qwen3_5"])
-def test_a_two_turn_run_trains_evaluates_and_checkpoints_through_a_worker(celery_worker, user, models_dir, settings,
-                                                                          client, model):
+def test_a_two_turn_run_trains_evaluates_checkpoints_and_resumes_through_a_worker(celery_worker, user, models_dir,
+                                                                                  settings, client, model):
     import time as _time
 
     from webapp.runs.models import Candidate, Checkpoint, Eval, Run, StepMetric
@@ -109,26 +109,82 @@ def test_a_two_turn_run_trains_evaluates_and_checkpoints_through_a_worker(celery
 
     from .conftest import DEMO, demo_config, make_problem_set
 
+    def wait(statuses):
+        deadline = _time.monotonic() + 600
+        while Run.objects.get(pk=run.pk).status not in statuses:
+            assert _time.monotonic() < deadline, "the run did not finish"
+            _time.sleep(0.3)
+        run.refresh_from_db()
+        return run.status
+
     settings.MODELS_DIR = models_dir
+    client.force_login(user)
     problem_set = make_problem_set(user, "demo", DEMO.read_bytes())
-    config = demo_config(steps=2, model=model)
+    config = demo_config(steps=3, model=model)
     config["sampling"].update({"prompt_style": "chat", "turns": 2, "max_new_tokens": 24})
     run = create_run(user, "two turns", problem_set, config)
     deadline = _time.monotonic() + 600
-    while Run.objects.get(pk=run.pk).status not in ("succeeded", "failed", "cancelled"):
-        assert _time.monotonic() < deadline, "the run did not finish"
+    while not StepMetric.objects.filter(run=run).exists():  # stopped after its first step, then resumed
+        assert _time.monotonic() < deadline and Run.objects.get(pk=run.pk).status not in ("failed", "succeeded")
         _time.sleep(0.3)
-    run.refresh_from_db()
-    assert run.status == "succeeded", run.error
-    metrics = StepMetric.objects.get(run=run, step=2).metrics
+    assert client.post(f"/api/runs/{run.pk}/cancel").status_code == 200
+    assert wait(("cancelled", "failed", "succeeded")) == "cancelled", run.error
+    assert client.post(f"/api/runs/{run.pk}/resume").status_code == 200
+    assert wait(("succeeded", "failed", "cancelled")) == "succeeded", run.error
+    assert list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [1, 2, 3]
+    metrics = StepMetric.objects.get(run=run, step=3).metrics
     assert {"pass@1/turn1", "pass@1/final", "repair/rate", "turns/mean"} <= set(metrics)
     assert 1.0 <= metrics["turns/mean"] <= 2.0
     train = Candidate.objects.filter(run=run, phase="train")
-    assert train.count() == 2 * 2 * 2
+    assert train.count() == 3 * 2 * 2
     two = [c for c in train if c.turns and len(c.turns) == 2]
     assert two, "an untrained tiny model fails its first turn: some candidate must have a second"
     assert any(t.get("feedback") for t in two[0].turns)  # what the model was told between its turns
-    assert Eval.objects.filter(run=run).exists() and Checkpoint.objects.filter(run=run, step=2).exists()
-    client.force_login(user)
+    assert Eval.objects.filter(run=run).exists() and Checkpoint.objects.filter(run=run, step=3).exists()
     served = client.get(f"/api/runs/{run.pk}/problems/{two[0].problem_id}/candidates?step={two[0].step}").json()
     assert any(len(c.get("turns") or []) == 2 for c in served)
+
+
+def discounted_repair_run(user, problem_set):
+    """A ``reward.turns: discounted`` run (gamma 0.5, Dr. GRPO, weights pass_rate/syntax 0.5/0.5) with one
+    stored group: A fails (pass_rate 0, syntax 1: 0.5), is told why and passes (1.0); B passes half the
+    tests at once (0.75). Its turns are stored without their overlong penalty, as runs were before it was:
+    the re-scoring infers the one their stored totals imply (0 here)."""
+    from webapp.runs.services import create_run
+
+    config = {**TINY_OVERRIDES, "sampling": {**TINY_OVERRIDES["sampling"], "prompt_style": "chat", "turns": 2},
+              "reward": {"turns": "discounted", "turn_discount": 0.5, "clip": None,
+                         "weights": {"pass_rate": 0.5, "syntax": 0.5, "efficiency": 0.0, "conciseness": 0.0,
+                                     "format": 0.0}},
+              "ppo": {"advantage": "dr_grpo"}}
+    run = create_run(user, "repair", problem_set, config)
+    event = repair_event(1)
+    a, b = event["candidates"]
+    a["turns"][0].update(rewards={"pass_rate": 0.0, "syntax": 1.0}, reward=0.5)
+    a["turns"][1].update(rewards={"pass_rate": 1.0, "syntax": 1.0}, reward=1.0)
+    b["turns"][0].update(rewards={"pass_rate": 0.5, "syntax": 1.0}, reward=0.75)
+    for c in (a, b):
+        c.update(rewards=c["turns"][-1]["rewards"], reward=c["turns"][-1]["reward"])
+    _ingest(run, [step_event(1), event])
+    return run
+
+
+def test_what_if_rescoring_credits_each_turn_as_discounted_training_did(client_alice, user, problem_set):
+    """POST /api/runs/{id}/rescore on a ``reward.turns: discounted`` run: one advantage per stored turn."""
+    run = discounted_repair_run(user, problem_set)
+    r = client_alice.post(f"/api/runs/{run.pk}/rescore", {"weights": {"pass_rate": 1.0, "syntax": 0.0}},
+                          content_type="application/json")
+    assert r.status_code == 200, r.content
+    data = r.json()
+    first, second = data["problems"][0]["candidates"]
+    # before: A's returns (0.5 + 0.5 * 1.0, 1.0), B's 0.75; pool mean 11/12 -> (1/12, 1/12, -1/6)
+    # after:  A's returns (0 + 0.5 * 1.0, 1.0), B's 0.5;    pool mean 2/3   -> (-1/6, 1/3, -1/6)
+    assert [(t["return_before"], t["return_after"]) for t in first["turns"]] == [(1.0, 0.5), (1.0, 1.0)]
+    assert [t["advantage_before"] for t in first["turns"]] == pytest.approx([1 / 12, 1 / 12], abs=1e-6)
+    assert [t["advantage_after"] for t in first["turns"]] == pytest.approx([-1 / 6, 1 / 3], abs=1e-6)
+    assert [t["sign_flip"] for t in first["turns"]] == [True, False] and first["sign_flip"]
+    assert second["turns"] is None  # passed at once: stored as a one-turn candidate, a trajectory of one turn
+    assert second["advantage_before"] == pytest.approx(-1 / 6, abs=1e-6) and not second["sign_flip"]
+    assert (first["reward_before"], first["reward_after"]) == (1.0, 0.5)  # the trajectory's return
+    assert data["summary"]["sign_flips"] == pytest.approx(1 / 3)  # one of three turn advantages
+    assert data["steps"][0]["rank_corr"] == pytest.approx(0.5)
