@@ -110,7 +110,8 @@ def test_the_library_variables_show_the_libraries_own_defaults():
     from sandbox import environments, remote
     from training.engines import vllm_server
 
-    assert {remote.TOKEN_ENV, remote.ENDPOINTS_ENV, environments.ENV_DIR_ENV, vllm_server.PYTHON_ENV} <= set(env.VARIABLES)
+    names = {remote.TOKEN_ENV, remote.ENDPOINTS_ENV, environments.ENV_DIR_ENV, vllm_server.PYTHON_ENV}
+    assert names <= set(env.VARIABLES)
     python = vllm_server.DEFAULT_PYTHON.relative_to(ROOT)
     assert env.VARIABLES[vllm_server.PYTHON_ENV].shown_default() == f"`{python}`"
 
