@@ -17,26 +17,35 @@ ROOT = Path(__file__).resolve().parent
 
 
 BROWSER_DIR = ROOT / "tests" / "browser"
+# Fixtures that start real processes (a Celery worker, daphne, Chromium): a test that uses one is
+# end-to-end. Tests that start such processes themselves (sandbox replicas, trainer subprocesses, vLLM
+# servers) carry `pytest.mark.e2e` in their modules.
+PROCESS_FIXTURES = {"celery_worker", "live_server_url", "browser"}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    # Playwright's event loop upsets later asyncio tests: browser tests run last. A wrapper, so
-    # the sort happens after pytest-django's own reordering (stable: its order is kept otherwise).
-    result = yield
-
     def is_browser(item) -> bool:
         return BROWSER_DIR in Path(str(item.fspath)).parents
 
+    # Before the other hooks, so that `-m "not e2e"` (which deselects in its own hook) sees the marks.
+    for item in items:
+        if is_browser(item) or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+    # Playwright's event loop upsets later asyncio tests: browser tests run last. A wrapper, so
+    # the sort happens after pytest-django's own reordering (stable: its order is kept otherwise).
+    result = yield
     items.sort(key=is_browser)
     return result
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def installed_demo_models():
     """The demo models the presets name (``models/tiny``, ``models/tiny-qwen3_5`` under the test data
-    dir), built once (untrained, seconds) when a fresh checkout has none: live servers and browser
-    tests launch runs that name them, and a model name resolves only to an installed model."""
+    dir), built once (untrained, seconds) when a fresh checkout has none. Requested by the fixtures
+    that start a worker or a live server (their runs, probes and preset lists resolve these names in
+    the test data dir) and by in-process tests that create a run naming ``models/tiny`` without a stub
+    (tests/webapp/runs installs stubs instead), since a model name resolves only to an installed model."""
     from django.conf import settings
 
     from training.tiny_model import build_tiny_model
@@ -119,7 +128,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def celery_worker(service_env, transactional_db, tmp_path):
+def celery_worker(service_env, transactional_db, tmp_path, installed_demo_models):
     """A real Celery worker process consuming both queues; yields its node name."""
     from webapp.celery import app
 
@@ -146,7 +155,7 @@ def celery_worker(service_env, transactional_db, tmp_path):
 
 
 @pytest.fixture
-def live_server_url(service_env, transactional_db, tmp_path):
+def live_server_url(service_env, transactional_db, tmp_path, installed_demo_models):
     """daphne serving the ASGI app (HTTP + websockets) on a free port."""
     port = free_port()
     log = tmp_path / "daphne.log"

@@ -11,7 +11,7 @@ On the device machine (repository root; $OUT comes back):
     python benchmarks/gpu_check.py --json-out $OUT/gpu_check.json 2>&1 | tee $OUT/gpu_check.log;
     cp benchmarks/RESULTS.md $OUT/
 
-Prepared for a short, prepaid GPU session (DESIGN.md "GPU check"): nothing is downloaded and nothing
+Prepared for a short, prepaid GPU session (docs/design.md "GPU check"): nothing is downloaded and nothing
 outside torch / transformers / peft / accelerate (+ the standard library) is needed; the sandbox uses
 its process backend, which runs without bubblewrap when it is missing.
 

@@ -1,4 +1,5 @@
-"""`python -m sandbox run | run-batch | check | serve | bench` (contract in DESIGN.md "CLI").
+"""`python -m sandbox run | run-batch | check | serve | bench` (contract: docs/design.md "Execution result
+(sandbox/)", CLI, and "Sandbox service (sandbox/)").
 
 Exit status: 0 whatever the verdicts (`check`: 1 when a problem fails its check); 2 for usage errors
 and bad input files; 3 when the sandbox itself is broken.
@@ -161,7 +162,7 @@ def _read_candidates(path: str, problem_ids: set[str]):
             cand = Candidate.from_dict(obj, problem_ids)
         except ValueError as e:
             raise UsageError(f"{path} line {lineno}: {e}") from None
-        # candidate_index is the 0-based line number in the file (DESIGN.md), blank lines included.
+        # candidate_index is the 0-based line number in the file (docs/design.md, run-batch), blank lines included.
         cands.append((lineno - 1, cand))
     return cands
 

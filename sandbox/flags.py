@@ -38,7 +38,8 @@ FLAGS: dict[str, str] = {
     HARDCODED_OUTPUTS: "returns the tests' expected values keyed on the tests' inputs",
     BROAD_EXCEPT: "a bare or BaseException handler around the entry point's body that returns a default",
 }
-"""The vocabulary (DESIGN.md "Execution result"), in the order results list them, with one line each."""
+"""The vocabulary (docs/design.md "Execution result (sandbox/)": flags), in the order results list them,
+with one line each."""
 
 VOCABULARY: tuple[str, ...] = tuple(FLAGS)
 

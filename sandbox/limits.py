@@ -1,4 +1,4 @@
-"""Resource limits of one execution (DESIGN.md "Execution result": Limits)."""
+"""Resource limits of one execution (docs/design.md "Execution result (sandbox/)": Limits)."""
 
 from __future__ import annotations
 

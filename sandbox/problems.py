@@ -2,7 +2,7 @@
 
 A problem is either `function` (call-based: each test a statement, usually an `assert`, run in the
 candidate's namespace) or `stdio` (each test case a process fed `input`, its output compared by
-`checker`). See DESIGN.md "Problems" for the native JSON Lines format.
+`checker`). See docs/design.md "Problems (sandbox/)" for the native JSON Lines format.
 
 This module imports nothing else of the sandbox. Files (reading every format, writing the native
 one) belong to `sandbox.formats`: `load_problems`, `load_problems_bytes`, `dump_problems`.
@@ -253,7 +253,8 @@ class Problem:
             raise ProblemError("split", f"{short(self.split)} is not one of train, heldout")
 
     def to_dict(self) -> dict:
-        """The native JSON form (DESIGN.md field names); fields of the other kind are left out."""
+        """The native JSON form (field names of docs/design.md "Problems (sandbox/)"); fields of the other
+        kind are left out."""
         d = asdict(self)
         if self.environment is None:
             del d["environment"]  # the native form of a problem without one is unchanged

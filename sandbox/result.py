@@ -1,4 +1,4 @@
-"""Outcome enum and the execution result that serializes to DESIGN.md's JSON."""
+"""Outcome enum and the execution result that serializes to the JSON of docs/design.md "Execution result (sandbox/)"."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from enum import Enum
 
 
 class Outcome(str, Enum):
-    """How an execution ended (judge0's outcome list, named as in DESIGN.md)."""
+    """How an execution ended (judge0's outcome list, named as in docs/design.md)."""
 
     PASSED = "passed"
     FAILED = "failed"

@@ -1,4 +1,5 @@
-"""`python -m sandbox serve`: the sandbox as a stateless HTTP service (DESIGN.md "Sandbox service").
+"""`python -m sandbox serve`: the sandbox as a stateless HTTP service (docs/design.md "Sandbox service
+(sandbox/)").
 
     POST /v1/run-batch   {"problems": [native problem objects], "candidates": [{problem_id, code}],
                           "timeout_s": null, "memory_mb": null}

@@ -1,7 +1,7 @@
 """Run configuration: one frozen dataclass per concern, one source of truth.
 
 The YAML keys are the dataclass field names (a contract shared with the web form, the API and saved
-runs; see DESIGN.md "Run config"). Each field has a one-line docstring under it: ``field_docs()``
+runs; see docs/design.md "Run config (training/)"). Each field has a one-line docstring under it: ``field_docs()``
 reads them with ``ast`` so the JSON Schema (``json_schema()``), the web form and the CLI all show the
 same help text. Numeric bounds and choices live in the field's metadata and drive both validation
 and the schema, so they cannot drift apart.

@@ -1,4 +1,5 @@
-"""Difficulty probe output and the launch-time filter (DESIGN.md "Training CLI ... difficulty probe").
+"""Difficulty probe output and the launch-time filter (docs/design.md "Training CLI: tiny-model
+architectures and the difficulty probe").
 
 ``python -m training probe`` writes one JSON line per problem, then a summary line::
 

@@ -1,9 +1,11 @@
-"""``RUN_DIR/events.jsonl``: the run's public record (DESIGN.md "Training run events").
+"""``RUN_DIR/events.jsonl``: the run's public record (docs/design.md "Training run events").
 
 One JSON object per line, appended and flushed as each event happens, so the web app can follow the
 file while the run is alive. Every event has ``event`` and ``time`` (Unix seconds). Kinds and fields:
 
-- ``start``: ``config`` (the run config as a dict), ``model``; on resume also ``resumed_from`` (step).
+- ``start``: ``config`` (the run config as a dict), ``model``, ``steps`` (``train.steps``), ``runtime``
+  (library versions, device, kernels, engine); on resume also ``resumed_from`` (step); with a
+  difficulty filter ``dropped`` ({unsolved, solved}).
 - ``step``: ``step``, ``metrics`` ({name: number}).
 - ``problem``: ``step``, ``problem_id``, ``pass_rate``, ``zero_variance`` (extension), ``candidates``
   ([{``code``, ``reward``, ``rewards``, ``result``}, ...]); when groups can be left out of the update

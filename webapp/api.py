@@ -20,7 +20,8 @@ api = NinjaAPI(
 )
 
 
-# Where ninja says a bad value came from; the rest of `loc` is the field (DESIGN.md: 400 naming it).
+# Where ninja says a bad value came from; the rest of `loc` is the field (docs/design.md "Web (webapp/)":
+# a 400 naming it).
 _SOURCES = ("body", "query", "path", "form", "file", "header", "cookie")
 
 

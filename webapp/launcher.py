@@ -105,7 +105,7 @@ def run_all(commands: dict[str, list[str]], env: dict) -> None:
 def child_commands(port: int) -> dict[str, list[str]]:
     from webapp import env as envmod
 
-    gpu_workers = os.environ.get("CRUCIBLE_GPU_WORKERS", "1")
+    gpu_workers = str(envmod.read("CRUCIBLE_GPU_WORKERS"))
     celery = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
               "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle"]
     return {
@@ -266,8 +266,9 @@ def main() -> int:
     from webapp.embedded_redis import ensure_embedded_redis, owned_redis_exited, stop_embedded_redis
 
     try:
-        port = envmod.get_int("PORT", 8000, maximum=65535)
-        verbose = envmod.get_bool("CRUCIBLE_VERBOSE")
+        port = envmod.read("PORT")
+        envmod.read("CRUCIBLE_GPU_WORKERS")  # a bad value stops here, before anything starts
+        verbose = envmod.read("CRUCIBLE_VERBOSE")
         data_dir = envmod.data_dir()
         redis_url = envmod.redis_url(data_dir)  # starts the embedded server when REDIS_URL is unset
     except (envmod.ConfigurationError, RuntimeError) as exc:

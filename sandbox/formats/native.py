@@ -1,4 +1,4 @@
-"""The native format: one `Problem.to_dict()` object per line (DESIGN.md "Problems")."""
+"""The native format: one `Problem.to_dict()` object per line (docs/design.md "Problems (sandbox/)")."""
 
 from __future__ import annotations
 

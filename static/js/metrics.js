@@ -1,5 +1,5 @@
 // Names of the trainer's metric keys as people read them, shared by the run page and compare.
-// The keys themselves (DESIGN.md) stay the contract; these are only how the pages show them.
+// The keys themselves (docs/design.md "Training run events") stay the contract; these are only how the pages show them.
 var CrucibleMetrics = (function () {
   "use strict";
   var NAMES = {
@@ -67,7 +67,8 @@ var CrucibleCharts = (function () {
   // value for that step; step 0 (the evaluation before training) is 0 on every axis.
   // Wall time counts minutes from the start of the first step (its rollout began time/step_s before
   // its end time). Tokens are the running sum of tokens_per_s × time/rollout_s: tokens_per_s counts
-  // completion tokens per second of rollout time (DESIGN.md), so the product is exactly a step's tokens.
+  // completion tokens per second of rollout time (docs/design.md "Training run events"), so the
+  // product is exactly a step's tokens.
   var X_TITLES = {step: "step", time: "wall time (min)", tokens: "generated tokens"};
 
   function xScale(rows, mode) {

@@ -45,7 +45,7 @@
      keys: function (k) { return k === "entropy"; }, label: function () { return "entropy"; }},
     {id: "chart-tokens", title: "Generation throughput", y: {title: {text: "tokens/s"}, rangemode: "tozero"},
      keys: function (k) { return k === "tokens_per_s"; }, label: function () { return "generated tokens/s"; }},
-    // Phases may overlap (DESIGN.md), so they are lines, not a stack.
+    // Phases may overlap (docs/design.md "Training run events"), so they are lines, not a stack.
     {id: "chart-time", title: "Time per step, by phase", y: {title: {text: "seconds"}, rangemode: "tozero"},
      keys: function (k) { return k.indexOf("time/") === 0; }, total: "time/step_s",
      label: function (k) { return k === "time/step_s" ? "whole step" : k.slice(5).replace(/_s$/, ""); }},
@@ -124,7 +124,8 @@
   };
 
   // Generated tokens up to each step: tokens_per_s counts completion tokens per second of rollout
-  // time (DESIGN.md), so tokens_per_s × time/rollout_s is exactly the step's tokens.
+  // time (docs/design.md "Training run events"), so tokens_per_s × time/rollout_s is exactly the
+  // step's tokens.
   function cumulativeTokens(steps) {
     var total = 0, out = new Map();
     steps.forEach(function (s) {

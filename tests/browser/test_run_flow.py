@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 
 from .conftest import login
 
@@ -95,5 +96,20 @@ def test_a_user_launches_the_cpu_demo_and_watches_it_learn(page, live_server_url
     info.value.save_as(path)
     with tarfile.open(path, mode="r:gz") as tar:
         names = tar.getnames()
-    assert any(n.endswith("/adapter_config.json") for n in names)
-    assert any(n.endswith("/adapter_model.safetensors") for n in names)
+        assert any(n.endswith("/adapter_config.json") for n in names)
+        weights = next(n for n in names if n.endswith("/adapter_model.safetensors"))
+        adapter = safetensors.torch.load(tar.extractfile(weights).read())
+
+    # It learned from the rewards: the policy starts as the reference (KL 0 at step 1), a step whose
+    # groups' rewards differ gives the update a signal, the steps after it sample from a policy that
+    # moved (KL > 0), and the downloaded adapter holds trained weights (LoRA's B starts at zero).
+    run_id = int(page.url.rstrip("/").split("/")[-1])
+    steps = {row["step"]: row["metrics"] for row in
+             page.evaluate("async url => (await fetch(url)).json()", f"/api/runs/{run_id}/metrics")}
+    assert sorted(steps) == [1, 2, 3]
+    assert steps[1]["kl"] == pytest.approx(0.0, abs=1e-6)
+    informative = [s for s in sorted(steps) if steps[s]["zero_variance_groups"] < 2]  # 2 problems per step
+    assert informative, f"no step had a group whose candidates' rewards differ: nothing to learn from {steps}"
+    assert all(steps[s]["kl"] > 1e-6 for s in steps if s > informative[0]), steps
+    lora_b = [t for name, t in adapter.items() if "lora_B" in name]
+    assert lora_b and any(t.abs().max().item() > 0 for t in lora_b)

@@ -152,6 +152,7 @@ def test_a_second_set_environment_line_is_an_error():
     assert [(e.line, e.field) for e in loaded.errors] == [(3, "environment")]
 
 
+@pytest.mark.e2e
 def test_a_replica_runs_the_environment_of_the_problems_it_is_sent():
     from sandbox.remote import RemoteRunner
 

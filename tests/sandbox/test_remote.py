@@ -37,6 +37,7 @@ def verdicts(results) -> list[tuple]:
     return [(r.status.value, tuple(t.passed for t in r.tests)) for r in results]
 
 
+@pytest.mark.e2e
 def test_two_replicas_give_the_verdicts_of_the_local_pool():
     cands = batch(24)
     with Runner(workers=2) as local:
@@ -49,6 +50,7 @@ def test_two_replicas_give_the_verdicts_of_the_local_pool():
     assert {"passed", "failed", "syntax_error", "error"} <= {v[0] for v in expected}
 
 
+@pytest.mark.e2e
 def test_a_replica_killed_mid_batch_loses_and_doubles_nothing():
     cands = batch(16, sleep_s=0.3)
     with Runner(workers=2) as local:
@@ -68,6 +70,7 @@ def test_a_replica_killed_mid_batch_loses_and_doubles_nothing():
     assert survivor_health["busy"] == 0
 
 
+@pytest.mark.e2e
 def test_when_every_replica_is_gone_the_batch_fails_naming_them():
     with replicas(2) as started:
         urls = [r.url for r in started]
@@ -82,6 +85,7 @@ def test_when_every_replica_is_gone_the_batch_fails_naming_them():
     assert "4 of 4 candidates have no result" in message
 
 
+@pytest.mark.e2e
 def test_replicas_dying_mid_batch_fail_it_rather_than_hang():
     with replicas(1) as (only,):
         runner = RemoteRunner([only.url], TOKEN)
@@ -93,6 +97,7 @@ def test_replicas_dying_mid_batch_fail_it_rather_than_hang():
             future.result(timeout=300)
 
 
+@pytest.mark.e2e
 def test_a_wrong_token_is_reported_as_the_replicas_answer():
     with replicas(1) as (only,):
         runner = RemoteRunner([only.url], TOKEN + "-wrong")
@@ -124,6 +129,7 @@ def test_no_endpoints_means_the_local_pool(monkeypatch):
     assert isinstance(make_runner(endpoints=["http://127.0.0.1:8700"]), RemoteRunner)
 
 
+@pytest.mark.e2e
 def test_concurrent_batches_on_one_client_each_get_their_own_results():
     with replicas(2) as started:
         runner = RemoteRunner([r.url for r in started], TOKEN)
@@ -144,6 +150,7 @@ def test_the_operators_endpoints_are_the_default_and_the_only_ones_allowed(monke
         make_runner(endpoints=["http://attacker.example:80"])
 
 
+@pytest.mark.e2e
 def test_replicas_behind_one_name_are_each_used_and_one_dying_costs_nothing(monkeypatch):
     import socket
 
@@ -174,6 +181,7 @@ def test_replicas_behind_one_name_are_each_used_and_one_dying_costs_nothing(monk
     assert runner.last_endpoints[0].error is not None and runner.last_endpoints[1].error is None
 
 
+@pytest.mark.e2e
 def test_a_replica_at_its_connection_limit_is_asked_again_not_dropped():
     cands = batch(6, sleep_s=0.3)
     with replicas(1, "--max-connections", "1", workers=1) as (only,):
@@ -184,6 +192,7 @@ def test_a_replica_at_its_connection_limit_is_asked_again_not_dropped():
         assert verdicts(results) == verdicts(local.run_batch(PROBLEMS, cands))
 
 
+@pytest.mark.e2e
 def test_heartbeats_keep_a_slow_batch_alive_past_the_idle_timeout():
     slow = Problem(id="slow", kind="function", entry_point="f", tests=("assert f() == 1",), time_limit_s=10.0,
                    memory_limit_mb=128)

@@ -15,6 +15,8 @@ import pytest
 
 from .replicas import ROOT, TOKEN, replicas
 
+pytestmark = pytest.mark.e2e  # every test talks to `python -m sandbox serve` replicas
+
 PROBLEMS = [
     {"id": "sq", "kind": "function", "entry_point": "f", "tests": ["assert f(2) == 4", "assert f(-3) == 9"],
      "time_limit_s": 1.0, "memory_limit_mb": 128},

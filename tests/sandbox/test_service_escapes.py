@@ -48,6 +48,8 @@ from .test_conformance import (  # noqa: F401  (collected here again, against th
     test_interrupting_the_worker_changes_nothing,
 )
 
+pytestmark = pytest.mark.e2e  # the escapes run on a `python -m sandbox serve` replica
+
 
 class ServiceExecutor:
     """The `Executor.run` call of the conformance suite, answered by a service replica."""

@@ -141,6 +141,7 @@ def test_an_unknown_split_is_a_usage_error(qwen3_model_dir, probe_problems, caps
     assert "invalid choice: 'test'" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_the_probe_runs_on_the_replicas_of_sandbox_endpoints(qwen3_model_dir, probe_problems, capsys, monkeypatch):
     from tests.sandbox.replicas import TOKEN, replicas
 

@@ -18,6 +18,8 @@ from training.config import ConfigError
 from training.events import read_events
 from training.trainer import train
 
+pytestmark = pytest.mark.e2e  # runs train against `python -m sandbox serve` replicas
+
 # Every execution sleeps in the setup (after the candidate, before the tests): a step lasts long
 # enough for a replica to be killed while it holds candidates.
 SLOW = [{**p, "setup": "import time\ntime.sleep(0.4)\n"} for p in PROBLEMS if p["split"] == "train"]

@@ -1,6 +1,6 @@
 """What-if re-scoring (training/rescore.py) against a brute-force recomputation in plain Python.
 
-The brute force spells out, from the formulas in DESIGN.md and the functions' docstrings, what training
+The brute force spells out, from the formulas in docs/design.md ("Reward") and the functions' docstrings, what training
 does to a candidate's stored rewards: weighted mean (or sum), overlong penalty, 0 for a penalised flag,
 the estimator per group, the clip; and Spearman's rho from ranks counted pair by pair.
 """

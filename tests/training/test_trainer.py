@@ -36,6 +36,8 @@ def _lora_state(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
 
 
+# PeftModel.from_pretrained (the merged model's check) still asks transformers for the deprecated v4 name.
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_file, runner):
     cfg = tiny_run_config(tiny_model_dir, problems_file, train={"checkpoint_every": 1, "save_merged": True})
     assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
@@ -87,10 +89,29 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert events[-2] == {**events[-2], "step": 2, "path": "checkpoints/final-merged", "kind": "merged"}
     assert events[-1]["status"] == "succeeded"
     assert (tmp_path / "run" / "checkpoints" / "step-2" / "adapter_model.safetensors").is_file()
+    _assert_merged_is_the_base_plus_the_final_adapter(tmp_path / "run" / "checkpoints", tiny_model_dir)
+
+
+def _assert_merged_is_the_base_plus_the_final_adapter(checkpoints: Path, base_dir: Path) -> None:
+    """final-merged loads on its own (weights and tokenizer) and computes what the base model with the
+    last step's adapter computes, an adapter that moved the model: the merge folded the training in."""
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    merged = tmp_path / "run" / "checkpoints" / "final-merged"
-    assert AutoModelForCausalLM.from_pretrained(str(merged)) is not None
-    assert AutoTokenizer.from_pretrained(str(merged)) is not None
+
+    merged_dir = checkpoints / "final-merged"
+    merged = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=torch.float32).eval()
+    assert not [k for k in merged.state_dict() if "lora_" in k]  # a plain model, no adapter layers left
+    text = "def add(a, b):\n    return a + b\n"
+    ids = AutoTokenizer.from_pretrained(str(merged_dir))(text, return_tensors="pt").input_ids
+    assert ids.tolist() == AutoTokenizer.from_pretrained(str(base_dir))(text, return_tensors="pt").input_ids.tolist()
+    base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        base_logits = base(ids).logits  # (1, T, vocab)
+        adapted = PeftModel.from_pretrained(base, str(checkpoints / "step-2")).eval()
+        adapted_logits, merged_logits = adapted(ids).logits, merged(ids).logits
+    moved = (adapted_logits - base_logits).abs().max().item()
+    assert moved > 1e-3, f"the final adapter barely moved the model ({moved}): the comparison would prove nothing"
+    torch.testing.assert_close(merged_logits, adapted_logits, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "activation-checkpointing"])

@@ -1,5 +1,5 @@
 """`/api/problem-sets`: upload, list, validation report, export, re-validate, difficulty probe, delete
-(DESIGN.md "JSON API")."""
+(docs/design.md "Web (webapp/)": the JSON API table)."""
 from __future__ import annotations
 
 from django.http import HttpRequest, StreamingHttpResponse

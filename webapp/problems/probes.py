@@ -1,4 +1,5 @@
-"""Difficulty probes of problem sets (DESIGN.md "Training CLI ... difficulty probe", issue #11).
+"""Difficulty probes of problem sets (docs/design.md "Training CLI: tiny-model architectures and the
+difficulty probe" and the API table's probe row, issue #11).
 
 - ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
   a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from webapp import env
 from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
 from webapp.runs.models import ACTIVE_STATUSES
@@ -453,7 +454,7 @@ def validation_runner():
     the service replicas of CRUCIBLE_SANDBOX_ENDPOINTS when that is set, else a local pool."""
     from sandbox.remote import make_runner
 
-    backend = getattr(settings, "SANDBOX_BACKEND", None) or os.environ.get("CRUCIBLE_SANDBOX_BACKEND", "process")
+    backend = getattr(settings, "SANDBOX_BACKEND", None) or env.read("CRUCIBLE_SANDBOX_BACKEND")
     # Cold: a fresh sandbox per execution. Validation is the set's trust anchor, not a throughput
     # path (the 194 demo problems take seconds on 2 workers), so it takes the most independent mode.
     mode = getattr(settings, "SANDBOX_VALIDATION_MODE", "cold")

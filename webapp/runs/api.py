@@ -1,4 +1,4 @@
-"""``/api/runs`` and ``/api/presets`` (mounted by webapp/api.py). Shapes: DESIGN.md "Web" table."""
+"""``/api/runs`` and ``/api/presets`` (mounted by webapp/api.py). Shapes: docs/design.md "Web (webapp/)" table."""
 from __future__ import annotations
 
 from typing import Any, Literal

@@ -1,4 +1,4 @@
-"""Which models a web user may name, and what each name means on this server (DESIGN.md "Web").
+"""Which models a web user may name, and what each name means on this server (docs/design.md "Web (webapp/)").
 
 A web user names a model in one of three ways, never by a server path:
 
@@ -32,7 +32,7 @@ from .models import Run
 FIELD = "model.name_or_path"
 MODELS_PREFIX = "models/"
 WEB_DEFAULT_MODEL = "models/tiny"
-# The hub's repo id rule (huggingface_hub.validate_repo_id), narrowed to org/name as DESIGN.md asks.
+# The hub's repo id rule (huggingface_hub.validate_repo_id), narrowed to org/name as docs/design.md asks.
 _HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _HUB_ID = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
 _CHECKPOINT = re.compile(r"run:([1-9][0-9]{0,17})/step-(0|[1-9][0-9]{0,17})")

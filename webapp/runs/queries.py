@@ -1,4 +1,5 @@
-"""Read side of runs: the JSON shapes of DESIGN.md's API table, shared by the API and the pages."""
+"""Read side of runs: the JSON shapes of the API table in docs/design.md "Web (webapp/)", shared by the API
+and the pages."""
 from __future__ import annotations
 
 import json

@@ -105,9 +105,9 @@ def step_range(requested: tuple[int, int] | None, stored: tuple[int, int]) -> tu
 
 
 def rescore_run(run: Run, weights: Any = None, steps: Any = None, top: int = 10) -> dict:
-    """The what-if answer for ``run`` (DESIGN.md: ``POST /api/runs/{id}/rescore``) plus what it used:
-    ``weights`` (after the merge), ``weights_before``, ``range`` ([from, to] after clamping; null when
-    nothing is stored yet) and ``summary``. Raises ConfigError naming the bad field."""
+    """The what-if answer for ``run`` (docs/design.md "Web (webapp/)": ``POST /api/runs/{id}/rescore``)
+    plus what it used: ``weights`` (after the merge), ``weights_before``, ``range`` ([from, to] after
+    clamping; null when nothing is stored yet) and ``summary``. Raises ConfigError naming the bad field."""
     cfg = run_reward_config(run)
     base = cfg.reward.weights.as_dict()
     new_weights = parse_weights(weights, base)

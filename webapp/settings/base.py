@@ -1,4 +1,5 @@
-"""Settings shared by every mode. Values come from the environment (see webapp/env.py)."""
+"""Settings shared by every mode. Values come from the environment through webapp/env.py, which declares
+every variable, its default and its bounds (``env.read``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,8 @@ from webapp.embedded_redis import celery_broker_url
 BASE_DIR = env.BASE_DIR
 DATA_DIR = env.data_dir()
 
-DEBUG = env.get_bool("DEBUG", False)
-ALLOWED_HOSTS = env.get_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+DEBUG = env.read("DEBUG")
+ALLOWED_HOSTS = env.read("ALLOWED_HOSTS")
 
 INSTALLED_APPS = [
     "daphne",
@@ -94,11 +95,11 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True  # serve straight from the finders: no collectstatic needed to start
 
 MEDIA_ROOT = DATA_DIR / "uploads"
-UPLOAD_MAX_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_MB", 50, maximum=4096) * 1024 * 1024
-UPLOAD_MAX_LINES = env.get_int("CRUCIBLE_UPLOAD_MAX_LINES", 100_000, maximum=10_000_000)
+UPLOAD_MAX_BYTES = env.read("CRUCIBLE_UPLOAD_MAX_MB") * 1024 * 1024
+UPLOAD_MAX_LINES = env.read("CRUCIBLE_UPLOAD_MAX_LINES")
 # Uploads whose text is larger are stored and imported by a sandbox worker, off the request path.
-UPLOAD_INLINE_BYTES = env.get_int("CRUCIBLE_UPLOAD_INLINE_MB", 2, minimum=0, maximum=4096) * 1024 * 1024
-UPLOAD_MAX_EXPANDED_BYTES = env.get_int("CRUCIBLE_UPLOAD_MAX_EXPANDED_MB", 512, maximum=512) * 1024 * 1024
+UPLOAD_INLINE_BYTES = env.read("CRUCIBLE_UPLOAD_INLINE_MB") * 1024 * 1024
+UPLOAD_MAX_EXPANDED_BYTES = env.read("CRUCIBLE_UPLOAD_MAX_EXPANDED_MB") * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # Stop reading an upload at the limit, for pages and the API alike (nothing big reaches disk).
@@ -162,10 +163,10 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 RUNS_DIR = DATA_DIR / "runs"
 MODELS_DIR = DATA_DIR / "models"
 PROBLEM_SETS_DIR = DATA_DIR / "problem-sets"  # per set: probes/<id>/ (the difficulty probes' files)
-PROBE_MAX_SAMPLES = env.get_int("CRUCIBLE_PROBE_MAX_SAMPLES", 64, minimum=1, maximum=1024)
-HF_OFFLINE = env.get_bool("CRUCIBLE_HF_OFFLINE", False)
-VLLM_URLS = [u.rstrip("/") for u in env.get_list("CRUCIBLE_VLLM_URLS", [])]  # servers a web run may name as vllm.url
-GPU_COUNT = env.get_int("CRUCIBLE_GPUS_PER_RUN", 1, minimum=1, maximum=64)
+PROBE_MAX_SAMPLES = env.read("CRUCIBLE_PROBE_MAX_SAMPLES")
+HF_OFFLINE = env.read("CRUCIBLE_HF_OFFLINE")
+VLLM_URLS = [u.rstrip("/") for u in env.read("CRUCIBLE_VLLM_URLS")]  # servers a web run may name as vllm.url
+GPU_COUNT = env.read("CRUCIBLE_GPUS_PER_RUN")
 CONFIG_CEILINGS = env.config_ceilings()  # {"train.steps": N, ...}: this server's limits on a web-sent run
 
 SESSION_COOKIE_HTTPONLY = True

@@ -5,4 +5,4 @@ from .base import *  # noqa: F401,F403
 from .base import DATA_DIR
 
 SECRET_KEY = env.local_secret_key(DATA_DIR)
-DEBUG = env.get_bool("DEBUG", False)
+DEBUG = env.read("DEBUG")

@@ -21,4 +21,4 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-db.sqlite3")}
 
 # Worker processes started by tests may run a scripted stand-in for the trainer (tests/webapp/runs).
-CRUCIBLE_TRAINER_MODULE = os.environ.get("CRUCIBLE_TEST_TRAINER_MODULE", "training")
+CRUCIBLE_TRAINER_MODULE = env.read("CRUCIBLE_TEST_TRAINER_MODULE")

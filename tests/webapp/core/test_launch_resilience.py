@@ -118,7 +118,7 @@ class Stack:
 
 
 @pytest.fixture
-def stack(service_env, transactional_db, tmp_path):
+def stack(service_env, transactional_db, tmp_path, installed_demo_models):
     from webapp.celery import app
 
     app.control.purge()

@@ -19,7 +19,7 @@ def client(user):
 
 
 @pytest.fixture
-def pages(client, user):
+def pages(client, user, installed_demo_models):  # the run names models/tiny
     from webapp.runs.services import create_run
 
     client.force_login(user)

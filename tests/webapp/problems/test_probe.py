@@ -331,6 +331,7 @@ def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, us
     assert (run.path / "probe.jsonl").read_text() == out.read_text()
 
 
+@pytest.mark.e2e
 @pytest.mark.django_db
 def test_a_probe_whose_model_does_not_load_fails_with_the_trainers_message(user, make_set, stub_dirs, monkeypatch):
     monkeypatch.setattr(probes, "publish_probe", lambda pk: True)

@@ -1,4 +1,4 @@
-"""JSON API under /api/runs and /api/presets (shapes from DESIGN.md)."""
+"""JSON API under /api/runs and /api/presets (shapes from docs/design.md "Web (webapp/)")."""
 import io
 import json
 import os

@@ -1,4 +1,5 @@
-"""The exact response shapes of DESIGN.md's API table, end to end through the Django test client."""
+"""The exact response shapes of the API table in docs/design.md "Web (webapp/)", end to end through the
+Django test client."""
 import io
 from urllib.parse import quote
 

@@ -1,4 +1,6 @@
 """Compare: fewer than two runs is explained, and config values read as the YAML config spells them."""
+import re
+
 from webapp.runs.services import create_run
 
 from .conftest import TINY_OVERRIDES
@@ -20,7 +22,17 @@ def test_compare_spells_values_as_the_config_does(client_alice, user, problem_se
 
 def test_the_compare_page_loads_the_shared_metric_names(client_alice, user, problem_set, run):
     other = create_run(user, "other", problem_set, TINY_OVERRIDES)
-    assert "js/metrics.js" in client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
+    html = client_alice.get(f"/runs/compare?ids={run.pk},{other.pk}").content.decode()
+    scripts = re.findall(r'<script src="/static/([^"]+)"', html)
+    # run_compare.js names its charts with CrucibleMetrics.label, which metrics.js defines: it loads first
+    assert "js/metrics.js" in scripts and "js/run_compare.js" in scripts
+    assert scripts.index("js/metrics.js") < scripts.index("js/run_compare.js")
+    served = client_alice.get("/static/js/metrics.js")
+    assert served.status_code == 200
+    names = b"".join(served.streaming_content).decode()
+    assert re.search(r"var CrucibleMetrics\b", names) and re.search(r'"kl": "[^"]+"', names)  # a name for kl
+    compare = b"".join(client_alice.get("/static/js/run_compare.js").streaming_content).decode()
+    assert 'CrucibleMetrics.label("kl")' in compare
 
 
 def test_compare_takes_ids_as_repeated_parameters_as_the_run_pages_form_sends_them(client_alice, user, problem_set,

@@ -1,4 +1,4 @@
-"""Which models a web user may name (DESIGN.md "Web"): a hub id, models/<name>, or run:<id>/step-<n> of
+"""Which models a web user may name (docs/design.md "Web (webapp/)"): a hub id, models/<name>, or run:<id>/step-<n> of
 an own run; every other name, another user's checkpoint directory included, is one 400 that reveals
 nothing about the server's files. The run keeps the name; the trainer's run.yaml gets the resolution."""
 import os

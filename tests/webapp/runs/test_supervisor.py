@@ -18,6 +18,8 @@ from webapp.runs.supervisor import fail_lost_runs, pid_alive, supervise_run, tra
 
 from .conftest import ROOT, write_events, step_event
 
+pytestmark = pytest.mark.e2e  # the supervisor starts (scripted) trainer subprocesses
+
 
 @pytest.fixture(autouse=True)
 def scripted(settings):
