@@ -6,9 +6,9 @@ With the app up (``make run`` in another terminal)::
     .venv/bin/python scripts/screenshots.py --runs 12,13         # retake them from two finished runs
 
 logs in (the admin's password from ``$CRUCIBLE_DATA_DIR/admin-password.txt``, which ``make run``
-writes, or ``CRUCIBLE_PASSWORD``), launches two short CPU demo runs on the demo problem set through the
+writes, or ``CRUCIBLE_PASSWORD``), launches two CPU demo runs of the preset's length on the demo problem set through the
 new-run form (the preset's learning rate and a quarter of it, so compare has something to show),
-waits for both to finish (one gpu worker runs them one after the other: a few minutes on two cores),
+waits for both to finish (one gpu worker runs them one after the other: about five minutes each on two cores),
 then saves 1280×800 PNGs of the run page, the candidate inspector and compare into docs/screenshots/.
 
 Browser: Debian's Chromium through Playwright, as the browser tests use it. Chromium already encodes
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="default: CRUCIBLE_PASSWORD, else the admin's password that make run saved in "
                          "$CRUCIBLE_DATA_DIR/admin-password.txt")
     ap.add_argument("--problem-set", default=DEMO_SET, help="the set to train on (default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=60, help="steps of each demo run (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=200,
+                    help="steps of each demo run (default: %(default)s, the preset's own)")
     ap.add_argument("--runs", help="two or more run ids (comma-separated) to photograph instead of launching "
                                    "new ones")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the runs (default: %(default)s)")
