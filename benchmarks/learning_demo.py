@@ -155,7 +155,8 @@ def tiny_model(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[str, dict
 
         torch.set_num_threads(args.threads)
         print(f"[{tag}] building the warm-started tiny model ...", file=sys.stderr, flush=True)
-        wide = args.arch == "qwen3_5" and any(e != "hf" for e in (args.engines or ()))  # vLLM's CPU kernel: 128-wide heads
+        # vLLM's CPU kernel: 128-wide heads
+        wide = args.arch == "qwen3_5" and any(e != "hf" for e in (args.engines or ()))
         model = build_tiny_model(tmp / "tiny", warmup_problems=args.problems, seed=0, arch=args.arch,
                                  linear_head_dim=128 if wide else 32)
     info_path = Path(model) / "crucible_tiny.json"
