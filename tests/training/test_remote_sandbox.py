@@ -21,8 +21,13 @@ from training.trainer import train
 pytestmark = pytest.mark.e2e  # runs train against `python -m sandbox serve` replicas
 
 # Every execution sleeps in the setup (after the candidate, before the tests): a step lasts long
-# enough for a replica to be killed while it holds candidates.
-SLOW = [{**p, "setup": "import time\ntime.sleep(0.4)\n"} for p in PROBLEMS if p["split"] == "train"]
+# enough for a replica to be killed while it holds candidates. Each prompt is a whole function (right
+# for add and neg, wrong for sub) ending in an open comment, and completions stop at a line break, so
+# whatever the random tiny model writes stays in the comment: every candidate compiles and is executed
+# by the replicas (a syntax error would be judged without running, and no replica would ever be busy).
+BODIES = {"add": "return a + b", "sub": "return a + b", "neg": "return -a"}
+SLOW = [{**p, "prompt": p["prompt"] + f"    {BODIES[p['id']]}  #", "setup": "import time\ntime.sleep(0.4)\n"}
+        for p in PROBLEMS if p["split"] == "train"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +49,8 @@ def verdicts(run_dir: Path) -> list[tuple]:
 
 
 def run(model_dir: Path, problems: Path, out: Path, endpoints=(), runner=None) -> str:
-    cfg = tiny_run_config(model_dir, problems, sandbox={"workers": 2, "endpoints": list(endpoints)})
+    cfg = tiny_run_config(model_dir, problems, sandbox={"workers": 2, "endpoints": list(endpoints)},
+                          sampling={"stop": ["\n", "\r"]})
     return train(cfg, out, progress=False, runner=runner)
 
 
@@ -54,6 +60,9 @@ def local_verdicts(tmp_path_factory, qwen3_model_dir, slow_problems) -> list[tup
     assert run(qwen3_model_dir, slow_problems, out) == "succeeded"
     expected = verdicts(out)
     assert len(expected) == 2 * 2 * 4  # steps x problems x candidates
+    # executed, not judged without running: right bodies pass, the wrong one fails its tests
+    assert {(pid, status) for _, pid, _, status, _ in expected} <= {("add", "passed"), ("neg", "passed"),
+                                                                     ("sub", "failed")}
     return expected
 
 
