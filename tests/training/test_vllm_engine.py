@@ -22,6 +22,10 @@ from tests.training.conftest import PROBLEMS, tiny_run_config
 from training.engines.vllm_server import unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[2]
+# vLLM samples in bfloat16 (8 bits of mantissa), the trainer scores in float32: a rare token's log-prob can be
+# a tenth of a nat off (0.10007 was seen in CI against the old bound 0.1) while the mean stays under 0.01. A
+# misaligned context (a token off by one, feedback scored as the reply) is off by whole nats on most tokens.
+MAX_DIFF, MEAN_DIFF = 0.25, 0.03
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
@@ -128,7 +132,7 @@ def test_vllm_logprobs_match_the_trainers_and_move_with_the_adapter(engine, poli
     batch = collect(engine, ["def add(a, b):\n", "def fizzbuzz(n):\n"], sampling, n=4, seed=0)
     trainer, mask, sampler = _trainer_logprobs(model, batch, tok.pad_token_id)
     diff = (trainer - sampler).abs()[mask]
-    assert diff.max() < 0.1 and diff.mean() < 0.03  # bfloat16 sampling vs float32 scoring
+    assert diff.max() < MAX_DIFF and diff.mean() < MEAN_DIFF  # bfloat16 sampling vs float32 scoring
 
     # Several optimizer steps towards one sequence, then sync: vLLM's log-probs of a fixed sequence move
     # with the adapter and land where the trainer's are.
@@ -211,7 +215,7 @@ def test_a_two_turn_trajectory_is_one_exact_token_sequence_that_the_trainer_scor
         diff = (trainer - sampler).abs()[mask]
         max_diff, k3_sum, n = logprob_mismatch(trainer, sampler, mask)
         per_turn[turn] = (diff.mean().item(), max_diff, k3_sum / n)
-        assert n > 0 and max_diff < 0.1 and diff.mean() < 0.03, (turn, per_turn[turn])  # the one-turn test's bounds
+        assert n > 0 and max_diff < MAX_DIFF and diff.mean() < MEAN_DIFF, (turn, per_turn[turn])
     # as close on turn 2 as on turn 1 (bfloat16 sampling vs float32 scoring; a wrong context would be far off)
     assert per_turn[1][0] < 3 * per_turn[0][0] + 0.005 and per_turn[1][2] < 3 * per_turn[0][2] + 1e-4, per_turn
 
