@@ -538,18 +538,24 @@ def worker(ctrl_fd=3, light=False):
                     ended_by = "kill"
                 break
         os.close(pidfd)
-        result = _kill_all(own, pid, namespaced)
-        status, ru = result if result else (None, None)
-        report = {"op": "done", "ended_by": ended_by, "exit_code": None, "signal": None,
-                  "utime": ru.ru_utime if ru else 0.0, "stime": ru.ru_stime if ru else 0.0,
-                  "maxrss_kb": ru.ru_maxrss if ru else 0}
-        if status is not None:
-            if os.WIFEXITED(status):
-                report["exit_code"] = os.WEXITSTATUS(status)
-            elif os.WIFSIGNALED(status):
-                report["signal"] = os.WTERMSIG(status)
+        report = _done_report(ended_by, _kill_all(own, pid, namespaced))
         report["wiped"] = _wipe_all(scratch)
         send(report)
+
+
+def _done_report(ended_by, reaped):
+    """The "done" message for the host: how the payload ended, from `(wait status, rusage)` of its reaping
+    (None when it could not be reaped)."""
+    status, ru = reaped if reaped else (None, None)
+    report = {"op": "done", "ended_by": ended_by, "exit_code": None, "signal": None,
+              "utime": ru.ru_utime if ru else 0.0, "stime": ru.ru_stime if ru else 0.0,
+              "maxrss_kb": ru.ru_maxrss if ru else 0}
+    if status is not None:
+        if os.WIFEXITED(status):
+            report["exit_code"] = os.WEXITSTATUS(status)
+        elif os.WIFSIGNALED(status):
+            report["signal"] = os.WTERMSIG(status)
+    return report
 
 
 def _oom_kills():
@@ -728,15 +734,7 @@ def relay_worker(light=False):
                     put(b"r", chunk)
         for fd in (out_r, err_r, from_r, to_w):
             os.close(fd)
-        status, ru = result if result else (None, None)
-        report = {"op": "done", "ended_by": ended_by, "exit_code": None, "signal": None,
-                  "utime": ru.ru_utime if ru else 0.0, "stime": ru.ru_stime if ru else 0.0,
-                  "maxrss_kb": ru.ru_maxrss if ru else 0}
-        if status is not None:
-            if os.WIFEXITED(status):
-                report["exit_code"] = os.WEXITSTATUS(status)
-            elif os.WIFSIGNALED(status):
-                report["signal"] = os.WTERMSIG(status)
+        report = _done_report(ended_by, result)
         oom_after = _oom_kills()
         report["oom"] = oom_before is not None and oom_after is not None and oom_after > oom_before
         report["wiped"] = _wipe_all(scratch)

@@ -211,37 +211,9 @@ class Interpreter:
         elif isinstance(st, ast.For) and _target_names(st.target) is not None:
             iterable = ev.eval(st.iter)
             items = iterable.items if isinstance(iterable, Materialized) else iterable
-            broke = False
-            for n, item in enumerate(items):
-                if n >= MAX_ITERATIONS:
-                    raise OverflowError("loop too long to check")
-                self.check_deadline()
-                self.bind(st.target, item)
-                try:
-                    self.block(st.body)
-                except _Continue:
-                    continue
-                except _Break:
-                    broke = True
-                    break
-            if not broke:
-                self.block(st.orelse)
+            self.loop(st, (self.bind(st.target, item) for item in items))
         elif isinstance(st, ast.While):
-            n, broke = 0, False
-            while ev.eval(st.test):
-                n += 1
-                if n >= MAX_ITERATIONS:
-                    raise OverflowError("loop too long to check")
-                self.check_deadline()
-                try:
-                    self.block(st.body)
-                except _Continue:
-                    continue
-                except _Break:
-                    broke = True
-                    break
-            if not broke:
-                self.block(st.orelse)
+            self.loop(st, iter(lambda: bool(ev.eval(st.test)), False))
         elif isinstance(st, ast.Pass):
             pass
         elif isinstance(st, ast.Break):
@@ -260,6 +232,21 @@ class Interpreter:
             ev.eval(st.value)
         else:
             self.remote(st)
+
+    def loop(self, st: ast.For | ast.While, turns) -> None:
+        """Run a loop's body once per item of `turns` (an iterator that, for a `for`, binds the target as it
+        advances), then its `else` unless a `break` ended it."""
+        for n, _ in enumerate(turns):
+            if n >= MAX_ITERATIONS:
+                raise OverflowError("loop too long to check")
+            self.check_deadline()
+            try:
+                self.block(st.body)
+            except _Continue:
+                continue
+            except _Break:
+                return
+        self.block(st.orelse)
 
     def bind(self, target: ast.AST, value) -> None:
         if isinstance(target, ast.Name):

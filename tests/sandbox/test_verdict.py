@@ -70,6 +70,27 @@ def test_loop_variables_are_sent_as_bindings_and_compared_here():
     assert asked == [("f(x)", {"x": 0}), ("f(x)", {"x": 1})]
 
 
+@pytest.mark.parametrize("source,why", [
+    ("for x in range(5):\n    if x == 1:\n        continue\n    if x == 3:\n        break\n    assert f(x) == x\n"
+     "else:\n    assert False", None),  # continue skips 1, break at 3 skips the else
+    ("for x in range(2):\n    assert f(x) == x\nelse:\n    assert f(9) == 0", "AssertionError: assert f(9) == 0"),
+    ("n = 0\nwhile n < 3:\n    n = n + 1\n    if n == 2:\n        continue\n    assert f(n) == n\nelse:\n"
+     "    assert n == 3", None),
+    ("n = 0\nwhile True:\n    n = n + 1\n    if n == 4:\n        break\nelse:\n    assert False\nassert f(n) == 5",
+     "AssertionError: assert f(n) == 5"),
+])
+def test_loops_follow_break_continue_and_else(source, why):
+    (plan,) = plan_tests([source])
+
+    def ask(src, bindings):  # the candidate's f is the identity
+        return eval(src, {"f": lambda v: v}, dict(bindings))
+
+    def remote(src, bindings):
+        raise AssertionError(f"nothing should run remotely: {src}")
+
+    assert Interpreter(plan, ask, remote, frozenset({"f"}), lambda: None).run() == why
+
+
 def test_huge_results_are_refused_instead_of_computed():
     why, _ = _check("assert f(1) ** 100000000 == 0", {"f(1)": 12345})
     assert why.startswith("OverflowError")
