@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import json_from_child  # noqa: E402
 
 DEMO_PROBLEMS = ROOT / "data" / "demo" / "problems.jsonl"
 TARGET_POINTS = 30.0
@@ -127,21 +128,15 @@ def _child(arm: str, cfg: dict, threads: int | None, curve: bool = False, label:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         cfg_path = Path(f.name)
-    out = cfg_path.with_suffix(".out.json")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--arm", arm, "--config-json", str(cfg_path),
-           "--json-out", str(out)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--arm", arm, "--config-json", str(cfg_path)]
     if threads:
         cmd += ["--threads", str(threads)]
     if curve:
         cmd.append("--curve")
-    print(f"[learning-demo] {label or arm} run ...", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    cfg_path.unlink()
-    if proc.returncode != 0:
-        raise SystemExit(f"{label or arm} run failed (exit {proc.returncode}); see its stderr above")
-    result = json.loads(out.read_text())
-    out.unlink()
-    return result
+    try:
+        return json_from_child(cmd, f"{label or arm} run", tag="learning-demo")
+    finally:
+        cfg_path.unlink()
 
 
 def tiny_model(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[str, dict]:

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +39,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.learning_demo import ARCH_NAMES, DEMO_PROBLEMS  # noqa: E402
+from benchmarks.results import json_from_child  # noqa: E402
 
 CONFIG = {
     "model": {"dtype": "float32", "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"}},
@@ -164,16 +164,11 @@ def _spawn(cfg: dict, budget_s: float | None, threads: int, label: str) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"config": cfg, "budget_s": budget_s}, f)
         arg = Path(f.name)
-    out = arg.with_suffix(".out.json")
-    print(f"[repair-bench] {label} ...", file=sys.stderr, flush=True)
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(arg), "--json-out", str(out),
-                           "--threads", str(threads)], cwd=ROOT)
-    arg.unlink()
-    if proc.returncode != 0:
-        raise SystemExit(f"{label} failed (exit {proc.returncode})")
-    result = json.loads(out.read_text())
-    out.unlink()
-    return result
+    try:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(arg), "--threads", str(threads)]
+        return json_from_child(cmd, label, tag="repair-bench")
+    finally:
+        arg.unlink()
 
 
 def markdown(res: dict) -> str:

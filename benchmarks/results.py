@@ -53,3 +53,27 @@ def update_section(name: str, markdown: str, path: str | Path | None = None) -> 
         raise
     return path
 
+
+
+def json_from_child(cmd: list[str], what: str, *, tag: str, show_stderr: bool = True) -> dict:
+    """Run a benchmark's measuring half, ``cmd + ["--json-out", PATH]``, in a fresh Python process from the
+    repository root (no caches, threads or patched functions shared with the last measurement) and return
+    the JSON it wrote to PATH. ``what`` names it in the progress line ``[tag] what ...`` and in the error;
+    its stderr streams to the terminal, or with ``show_stderr=False`` is kept and its tail put in the error."""
+    import json
+    import subprocess
+    import sys
+
+    fd, name = tempfile.mkstemp(prefix=f"{tag}-", suffix=".json")
+    os.close(fd)
+    out = Path(name)
+    print(f"[{tag}] {what} ...", file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run([*cmd, "--json-out", str(out)], cwd=RESULTS_PATH.parent.parent, text=True,
+                              stdout=subprocess.PIPE, stderr=None if show_stderr else subprocess.PIPE)
+        if proc.returncode != 0:
+            why = "; see its stderr above" if show_stderr else f":\n{proc.stderr[-4000:]}"
+            raise SystemExit(f"{what} failed (exit {proc.returncode}){why}")
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)

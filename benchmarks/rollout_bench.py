@@ -28,7 +28,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -125,17 +124,11 @@ def measure_step(model_dir: str, row: str, steps: int) -> dict:
 
 
 def _child(kind: str, model: Path, engine: str, count: int) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = Path(f.name)
-    cmd = [sys.executable, "-m", "benchmarks.rollout_bench", "--child", kind, "--model", str(model),
-           "--engine", engine, "--count", str(count), "--json-out", str(out)]
-    print(f"[rollout-bench] {kind} {engine} on {model.name} ...", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{kind} {engine} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    result = json.loads(out.read_text())
-    out.unlink()
-    return result
+    from benchmarks.results import json_from_child
+
+    return json_from_child([sys.executable, "-m", "benchmarks.rollout_bench", "--child", kind, "--model", str(model),
+                      "--engine", engine, "--count", str(count)], f"{kind} {engine} on {model.name}",
+                     tag="rollout-bench", show_stderr=False)
 
 
 def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float, float]) -> str:

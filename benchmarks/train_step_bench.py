@@ -49,7 +49,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +57,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import json_from_child  # noqa: E402
 
 DEMO_PROBLEMS = ROOT / "data" / "demo" / "problems.jsonl"
 PROBLEMS_PER_STEP = 16
@@ -246,18 +247,12 @@ def run_trl(model: str, problems: str, steps: int, threads: int | None, flush_de
 # ------------------------------------------------------------------------------------ orchestration
 
 def _child(side: str, model: Path, problems: Path, steps: int, threads: int | None, engine: str = "hf") -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = Path(f.name)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--side", side, "--model", str(model),
-           "--problems", str(problems), "--total-steps", str(steps), "--json-out", str(out), "--engine", engine]
+           "--problems", str(problems), "--total-steps", str(steps), "--engine", engine]
     cmd += ["--threads", str(threads)] if threads else ["--default-threads"]
-    print(f"[train-step-bench] {side} ({threads or 'default'} threads): {steps} steps ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{side} side failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    result = json.loads(out.read_text())
-    out.unlink()
+    result = json_from_child(cmd, f"{side} side ({threads or 'default'} threads, {steps} steps)",
+                             tag="train-step-bench", show_stderr=False)
     result["process_s"] = time.perf_counter() - t0
     result["mode"] = "same" if threads else "defaults"
     return result
