@@ -107,8 +107,9 @@ def _descendants(root: int) -> set[int]:
     return out
 
 
-def _in_our_cgroups() -> set[int]:
-    tag = f"crucible-{os.getpid()}/"
+def processes_in_cgroups_of(pid: int) -> set[int]:
+    """The processes in the sandbox cgroups that the process `pid` created (`crucible-<pid>/...`)."""
+    tag = f"crucible-{pid}/"
     found = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -138,7 +139,7 @@ def leftover_processes() -> set[int]:
     or bubblewrap/harness, or anything in its sandbox cgroups). Other fixtures' services (Redis...)
     are not ours to judge."""
     mine = {pid for pid in _descendants(os.getpid()) if _is_sandbox_process(pid)}
-    return (mine | _in_our_cgroups()) - {os.getpid()}
+    return (mine | processes_in_cgroups_of(os.getpid())) - {os.getpid()}
 
 
 @pytest.fixture(scope="session", autouse=True)

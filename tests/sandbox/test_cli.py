@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.sandbox.conftest import processes_in_cgroups_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SQ = {"id": "sq", "kind": "function", "entry_point": "sq", "tests": ["assert sq(2) == 4"],
@@ -92,20 +94,6 @@ def test_usage_errors_exit_two(files):
     assert out.returncode == 2 and "valid" in out.stderr
 
 
-def _processes_in_cgroups_of(pid: int) -> list[int]:
-    tag = f"crucible-{pid}/"
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cgroup") as f:
-                    if tag in f.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def test_no_cli_call_leaves_a_process_behind(files):
     daemon = files / "daemon.py"
     daemon.write_text("import os, time\nif os.fork() == 0:\n    os.setsid()\n"
@@ -118,7 +106,7 @@ def test_no_cli_call_leaves_a_process_behind(files):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         proc.communicate(timeout=120)
         assert proc.returncode == 0
-        assert _processes_in_cgroups_of(proc.pid) == []
+        assert processes_in_cgroups_of(proc.pid) == set()
         assert _orphaned_sandboxes() == []
 
 
