@@ -150,7 +150,7 @@ def test_the_import_graph_finds_a_deferred_circle(tmp_path, monkeypatch):
     assert _cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
 
 
-@pytest.mark.parametrize("package", ["sandbox", "training"])
+@pytest.mark.parametrize("package", ["sandbox", "training", "webapp"])
 def test_a_library_has_no_import_circles(package):
     graph = _import_graph(package)
     assert len(graph) > 10 and sum(map(len, graph.values())) > 10  # it read modules and their imports
