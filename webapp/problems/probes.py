@@ -3,12 +3,13 @@ difficulty probe" and the API table's probe row, issue #11).
 
 - ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
   a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound
-  the sample count, create the ``Probe`` and publish ``problems.probe`` on the ``gpu`` queue after
-  the commit.
+  the sample count, create the ``Probe`` and publish ``problems.probe`` (``PROBE_JOB``, routed to the
+  ``gpu`` queue) after the commit.
 - ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
-  as a child process, like a run's supervisor: the set written out as native JSONL and the output
-  file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``), progress counted from
-  the output lines as they appear, the owner's pages notified, the results stored when it ends.
+  as a child process (``webapp.core.trainer_process``, as for a run): the set written out as native
+  JSONL and the output file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``),
+  progress counted from the output lines as they appear, the owner's pages notified, the results
+  stored when it ends.
 - ``resolve_run_probe``: what a run's ``difficulty.probe`` names (``probe:<id>`` or, with a drop rule
   on, the set's latest finished probe), for ``runs.services.create_run``.
 """
