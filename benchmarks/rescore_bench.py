@@ -43,7 +43,7 @@ def seed_demo_run(steps: int):
 
     from webapp.runs.models import Candidate, Run
     from webapp.runs.presets import get_preset
-    from webapp.runs.services import default_config, merge_config
+    from webapp.runs.config import default_config, merge_config
 
     user, _ = get_user_model().objects.get_or_create(username="rescore-bench")
     config = merge_config(default_config(), get_preset("cpu-demo")["config"])  # its model need not be installed

@@ -183,7 +183,7 @@ def seed_big_run(steps: int = 1000, n_problems: int = 200, per_step: int = 8, ca
     user, _ = bench_user()
     rng = random.Random(0)
     run = Run.objects.create(owner=user, name="bench big run", status="succeeded", step=steps, steps=steps,
-                             config=__import__("webapp.runs.services", fromlist=["x"]).default_config())
+                             config=__import__("webapp.runs.config", fromlist=["x"]).default_config())
     StepMetric.objects.bulk_create([StepMetric(run=run, step=s, time=1e9 + 5 * s, metrics={
         "reward/mean": rng.random(), "reward/pass_rate": rng.random(), "reward/syntax": rng.random(),
         "reward/efficiency": rng.random(), "reward/conciseness": rng.random(), "reward/format": rng.random(),
@@ -272,7 +272,7 @@ def seed_replay_run(name: str, *, steps: int, per_step: int, candidates: int, su
 
     from webapp.runs.event_summary import summarize
     from webapp.runs.models import Run, RunEvent, StepMetric
-    from webapp.runs.services import default_config
+    from webapp.runs.config import default_config
 
     user, _ = bench_user()
     rng = random.Random(1)

@@ -150,11 +150,19 @@ def test_the_import_graph_finds_a_deferred_circle(tmp_path, monkeypatch):
     assert _cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
 
 
-@pytest.mark.parametrize("package", ["sandbox", "training"])
+@pytest.mark.parametrize("package", ["sandbox", "training", "webapp"])
 def test_a_library_has_no_import_circles(package):
     graph = _import_graph(package)
     assert len(graph) > 10 and sum(map(len, graph.values())) > 10  # it read modules and their imports
     assert _cycles(graph) == [], f"modules of {package}/ that import each other (deferred imports too)"
+
+
+def test_no_module_of_the_web_app_imports_a_tasks_module():
+    # Tasks are the top of each app: a module publishes a durable job by its task name (webapp.core.jobs),
+    # so the tasks that call into it never have to be imported back.
+    graph = _import_graph("webapp")
+    importers = {name: sorted(t for t in targets if t.endswith(".tasks")) for name, targets in graph.items()}
+    assert {name: tasks for name, tasks in importers.items() if tasks} == {}
 
 
 def test_problems_is_a_leaf_of_the_sandbox():

@@ -6,6 +6,8 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError
 
 from webapp.accounts.auth import API_AUTH
+from webapp.problems.api import router as problem_sets_router
+from webapp.runs.api import presets_router, router as runs_router
 
 api = NinjaAPI(
     title="Crucible API",
@@ -54,22 +56,6 @@ def me(request: HttpRequest) -> dict:
     return {"id": user.pk, "username": user.username, "is_staff": user.is_staff}
 
 
-def _mount_routers() -> None:
-    import importlib
-
-    for module_name, prefix in (("webapp.problems.api", "/problem-sets"), ("webapp.runs.api", "/runs")):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        api.add_router(prefix, module.router)
-    try:
-        from webapp.runs.api import presets_router
-    except ImportError:
-        return
-    api.add_router("/presets", presets_router)
-
-
-_mount_routers()
+api.add_router("/problem-sets", problem_sets_router)
+api.add_router("/runs", runs_router)
+api.add_router("/presets", presets_router)

@@ -1,17 +1,10 @@
 from django.urls import path, re_path
 
 from webapp.core.consumers import NotificationsConsumer, UnroutedConsumer
+from webapp.runs.routing import websocket_urlpatterns as run_patterns
 
 websocket_urlpatterns = [
     path("ws/notifications/", NotificationsConsumer.as_asgi()),
+    *run_patterns,
+    re_path(r"", UnroutedConsumer.as_asgi()),  # last: whatever nothing above serves
 ]
-
-try:
-    from webapp.runs.routing import websocket_urlpatterns as run_patterns
-except ModuleNotFoundError as exc:
-    if exc.name != "webapp.runs.routing":
-        raise
-else:
-    websocket_urlpatterns += run_patterns
-
-websocket_urlpatterns.append(re_path(r"", UnroutedConsumer.as_asgi()))  # last: whatever nothing above serves

@@ -6,6 +6,8 @@ from webapp.accounts import views as account_views
 from webapp.accounts.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 from webapp.api import api
 from webapp.core import views as core_views
+from webapp.problems import urls as problem_urls
+from webapp.runs import urls as run_urls
 
 admin.site.login_form = ThrottledAdminAuthenticationForm
 
@@ -18,24 +20,8 @@ urlpatterns = [
     path("tokens/<int:token_id>/revoke", account_views.revoke_token, name="revoke-token"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("", include(problem_urls)),
+    path("", include(run_urls)),
+    # Last, so that every page and API route above wins: unknown /api/ paths answer JSON, not the HTML 404 page.
+    re_path(r"^api/(?P<rest>.*)$", core_views.api_not_found, name="api-not-found"),
 ]
-
-
-
-def _include_app_urls() -> None:
-    import importlib
-
-    for module_name in ("webapp.problems.urls", "webapp.runs.urls"):
-        try:
-            importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        urlpatterns.append(path("", include(module_name)))
-
-
-_include_app_urls()
-
-# Last, so that every page and API route above wins: unknown /api/ paths answer JSON, not the HTML 404 page.
-urlpatterns.append(re_path(r"^api/(?P<rest>.*)$", core_views.api_not_found, name="api-not-found"))

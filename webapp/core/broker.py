@@ -3,8 +3,8 @@
 A state change (a run queued, a set marked pending) commits first and publishes its task after the
 commit. Publishing can fail (Redis down) or a published message can be lost (Redis restarted without
 persistence), so publishing here never raises: a failure is logged and left to the periodic sweeps
-(``runs.republish_queued_runs``, ``problems.republish_pending_validations``), which compare the
-database with ``held_task_ids()`` and publish again what the broker does not hold.
+of ``webapp.core.jobs``, which compare the database with ``held_task_ids()`` and publish again what
+the broker does not hold.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import json
 import logging
 
 from django.conf import settings
+
+from webapp.celery import app
 
 log = logging.getLogger("crucible.broker")
 
@@ -29,13 +31,14 @@ class BrokerUnavailable(RuntimeError):
     """The broker could not be reached; the message says what failed."""
 
 
-def publish(task, *, args: list, task_id: str, queue: str) -> bool:
-    """Send ``task`` with ``task_id`` to ``queue``; False (logged, never raised) when the broker is down."""
+def publish(name: str, *, args: list, task_id: str) -> bool:
+    """Send task ``name`` with ``task_id`` to the queue ``CELERY_TASK_ROUTES`` gives it; False (logged,
+    never raised) when the broker is down."""
     try:
-        task.apply_async(args=args, task_id=task_id, queue=queue, retry_policy=PUBLISH_RETRY_POLICY)
+        app.send_task(name, args=args, task_id=task_id, retry_policy=PUBLISH_RETRY_POLICY)
     except Exception as exc:  # kombu OperationalError, redis ConnectionError, OSError: all mean "not sent"
-        log.warning("could not publish %s %s to queue %s (%s: %s); the periodic sweep will publish it",
-                    task.name, task_id, queue, type(exc).__name__, exc)
+        log.warning("could not publish %s %s (%s: %s); the periodic sweep will publish it",
+                    name, task_id, type(exc).__name__, exc)
         return False
     return True
 

@@ -1,5 +1,7 @@
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
+from .groups import user_group
+
 
 class UnroutedConsumer(AsyncWebsocketConsumer):
     """Any websocket path nothing serves (``/ws/nope/``, ``/ws/runs/abc/``): the handshake is refused
@@ -18,7 +20,7 @@ class NotificationsConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close()  # before accept: the handshake is refused with 403
             return
-        self.group = f"user-{user.pk}"
+        self.group = user_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 

@@ -15,6 +15,8 @@ import time
 from django.conf import settings
 from django.db import connection
 
+from webapp.celery import app
+
 REQUIRED_QUEUES = ("gpu", "sandbox")
 REPORT_TTL_S = 5.0      # a report is reused this long: a burst of requests costs one check
 FIRST_REPORT_WAIT_S = 8.0   # longest a request waits for a check already under way when none is cached
@@ -48,8 +50,6 @@ def check_redis(url: str | None = None) -> dict:
 
 def check_workers(timeout: float = 1.0) -> dict:
     """Which queues have at least one live worker consuming them (a broadcast ping, `timeout` s)."""
-    from webapp.celery import app
-
     try:
         # A private connection with socket timeouts: bounded, and nothing shared with publishing.
         with app.connection_for_read(transport_options={"socket_timeout": timeout + 2,

@@ -1,6 +1,10 @@
 from django import forms
 from django.conf import settings
 
+from webapp.runs.model_refs import MODELS_PREFIX, installed_model_dir, installed_models
+from webapp.runs.models import Checkpoint
+from webapp.runs.presets import presets
+
 from .services import UPLOAD_FORMATS
 
 FORMAT_LABELS = {"auto": "Detect automatically", "native": "Crucible native JSONL", "humaneval": "HumanEval",
@@ -49,10 +53,6 @@ def _at_most(limit: int):
 
 def model_choices(user) -> list:
     """Grouped choices: the presets' models and the other installed ones, then the user's checkpoints."""
-    from webapp.runs.model_refs import MODELS_PREFIX, installed_model_dir, installed_models
-    from webapp.runs.models import Checkpoint
-    from webapp.runs.presets import presets
-
     models: dict[str, str] = {}
     for preset in presets():
         name = preset["config"].get("model", {}).get("name_or_path")

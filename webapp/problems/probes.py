@@ -3,12 +3,13 @@ difficulty probe" and the API table's probe row, issue #11).
 
 - ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
   a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound
-  the sample count, create the ``Probe`` and publish ``problems.probe`` on the ``gpu`` queue after
-  the commit.
+  the sample count, create the ``Probe`` and publish ``problems.probe`` (``PROBE_JOB``, routed to the
+  ``gpu`` queue) after the commit.
 - ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
-  as a child process, like a run's supervisor: the set written out as native JSONL and the output
-  file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``), progress counted from
-  the output lines as they appear, the owner's pages notified, the results stored when it ends.
+  as a child process (``webapp.core.trainer_process``, as for a run): the set written out as native
+  JSONL and the output file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``),
+  progress counted from the output lines as they appear, the owner's pages notified, the results
+  stored when it ends.
 - ``resolve_run_probe``: what a run's ``difficulty.probe`` names (``probe:<id>`` or, with a drop rule
   on, the set's latest finished probe), for ``runs.services.create_run``.
 """
@@ -16,23 +17,30 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from training.config import ConfigError, config_from_dict, save_config
+from training.difficulty import ProbeFileError, ProblemDifficulty, ProbeReport, drop_by_difficulty, read_probe
 
+from webapp.core import trainer_process
+from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
+from webapp.runs.config import PROBE_REFERENCE, default_config, merge_config
+from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
+from webapp.runs.models import Run
+from webapp.runs.presets import presets
+
 from .models import Probe, ProblemSet
+from .services import notify_owner, write_problems_jsonl
 
 log = logging.getLogger("crucible.problems")
 
@@ -40,9 +48,9 @@ POLL_S = 0.2
 """How often the supervisor looks at the child and its output."""
 HEARTBEAT_S = 10.0
 """How often a running probe's supervisor records that it is alive (``Probe.heartbeat``)."""
-PROBE_REFERENCE = re.compile(r"probe:([1-9][0-9]{0,17})")
 DEFAULT_SAMPLES = 8
-STDERR_TAIL_LINES = 20
+KILL_GRACE_S = 10
+"""A probe stopped (its set deleted, its supervisor failing) has this long to exit before it is killed."""
 
 
 class ProbeConflict(Exception):
@@ -72,11 +80,6 @@ def sampling_config(model: str, user) -> dict:
     """The run-config sections a probe of ``model`` samples with: the run's own for a checkpoint
     (``run:<id>/step-<n>``), the preset's for a preset's model, else the web defaults. Only what the
     probe uses: ``sampling``, ``model.dtype`` and ``sandbox``."""
-    from webapp.runs.model_refs import checkpoint_reference
-    from webapp.runs.models import Run
-    from webapp.runs.presets import presets
-    from webapp.runs.services import default_config, merge_config
-
     config = default_config()
     checkpoint = checkpoint_reference(model)
     run = Run.objects.filter(pk=checkpoint[0], owner=user).first() if checkpoint else None
@@ -91,8 +94,6 @@ def sampling_config(model: str, user) -> dict:
 
 def check_probe_request(user, model, adapter, samples) -> tuple[str, str]:
     """``(model, adapter)`` cleaned, or ConfigError naming ``model``, ``adapter`` or ``samples``."""
-    from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
-
     if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= settings.PROBE_MAX_SAMPLES:
         raise ConfigError("samples", f"must be a whole number from 1 to {settings.PROBE_MAX_SAMPLES} (this server's "
                                      f"limit, CRUCIBLE_PROBE_MAX_SAMPLES); got {samples!r}")
@@ -149,22 +150,18 @@ def task_id(probe_id: int) -> str:
     return f"probe-{probe_id}"
 
 
+def _pending_probes() -> Iterable[Pending]:
+    for pk in Probe.objects.filter(status=Probe.Status.PENDING).values_list("pk", flat=True):
+        yield Pending(pk, task_id(pk), (pk,))
+
+
+PROBE_JOB = DurableJob("problems.probe", pending=_pending_probes, what="the probe again for probes")
+"""A probe pending; a second copy of its task finds the probe running (or finished) and leaves it."""
+
+
 def publish_probe(probe_id: int) -> bool:
     """Publish ``problems.probe``; False (logged) when the broker is down: the sweep publishes it again."""
-    from webapp.core.broker import publish
-
-    from . import tasks
-
-    return publish(tasks.probe, args=[probe_id], task_id=task_id(probe_id), queue="gpu")
-
-
-def republish_pending_probes() -> list[int]:
-    """Publish again each pending probe whose task the broker does not hold (as for validations)."""
-    from .services import republish_lost
-
-    pending = Probe.objects.filter(status=Probe.Status.PENDING).values_list("pk", flat=True)
-    return republish_lost("gpu", [(pk, task_id(pk), lambda pk=pk: publish_probe(pk)) for pk in pending],
-                          "the probe again for probes")
+    return PROBE_JOB.publish(probe_id, task_id=task_id(probe_id))
 
 
 # ---- the job ----------------------------------------------------------------------------------------
@@ -173,8 +170,6 @@ def republish_pending_probes() -> list[int]:
 def probe_command(probe: Probe, resolved, directory: Path) -> list[str]:
     adapters = [*resolved.adapters]
     if probe.adapter:
-        from webapp.runs.model_refs import resolve_model
-
         adapters += resolve_model(probe.adapter, probe.requested_by).adapters[-1:]
     return [sys.executable, "-m", "training", "probe", "--model", resolved.name_or_path,
             *[arg for a in adapters for arg in ("--adapter", a)],
@@ -185,15 +180,13 @@ def probe_command(probe: Probe, resolved, directory: Path) -> list[str]:
 def run_probe(probe_id: int) -> Probe | None:
     """Do probe ``probe_id`` (the body of ``problems.probe``); idempotent. A finished probe is left as
     it is; a running one whose worker is alive elsewhere too; one whose worker died is run again."""
-    from webapp.runs.supervisor import pid_alive
-
     host, pid = socket.gethostname(), os.getpid()
     with transaction.atomic():
         probe = Probe.objects.select_for_update().filter(pk=probe_id).first()
         if probe is None or probe.status in (Probe.Status.DONE, Probe.Status.FAILED):
             return probe
         if (probe.status == Probe.Status.RUNNING and probe.worker_host == host and probe.worker_pid != pid
-                and pid_alive(probe.worker_pid)):
+                and trainer_process.pid_alive(probe.worker_pid)):
             return probe  # a second copy of the task while the first still works
         probe.status, probe.started, probe.finished = Probe.Status.RUNNING, timezone.now(), None
         probe.worker_host, probe.worker_pid, probe.done, probe.error = host, pid, 0, ""
@@ -214,11 +207,7 @@ def run_probe(probe_id: int) -> Probe | None:
 def worker_alive(probe: Probe) -> bool:
     """Whether the worker running ``probe`` may still be at work (same host: its pid; elsewhere: its
     heartbeat, as for runs)."""
-    from webapp.runs.supervisor import STALE_AFTER, pid_alive
-
-    if probe.worker_host == socket.gethostname():
-        return pid_alive(probe.worker_pid)
-    return probe.heartbeat is not None and timezone.now() - probe.heartbeat < STALE_AFTER
+    return trainer_process.worker_alive(probe.worker_host, probe.worker_pid, probe.heartbeat)
 
 
 def fail_lost_probe(probe: Probe) -> bool:
@@ -243,12 +232,6 @@ def fail_lost_probes() -> list[int]:
 
 
 def _supervise(probe: Probe) -> Probe | None:
-    from webapp.runs.model_refs import resolve_model
-    from webapp.runs.services import default_config, merge_config
-    from webapp.runs.supervisor import EventFollower, _die_with_parent, trainer_env
-
-    from .services import write_problems_jsonl
-
     try:
         resolved = resolve_model(probe.model, probe.requested_by)
         directory = probe_dir(probe.problem_set_id, probe.pk)
@@ -263,10 +246,8 @@ def _supervise(probe: Probe) -> Probe | None:
     save_config(config_from_dict(config), directory / "probe.yaml")
     out = directory / "probe.jsonl"
     with open(directory / "stdout.log", "wb") as stdout, open(directory / "stderr.log", "wb") as stderr:
-        # cwd is the probe's dir, as a run's is its own: a hub id never resolves to a directory elsewhere.
-        proc = subprocess.Popen(command, cwd=directory, env=trainer_env(), stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=stderr, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
-    follower = EventFollower(out)
+        proc = trainer_process.spawn(command, cwd=directory, stdout=stdout, stderr=stderr)
+    follower = trainer_process.EventFollower(out)
     done, beat = 0, time.monotonic()
     try:
         while True:
@@ -284,20 +265,18 @@ def _supervise(probe: Probe) -> Probe | None:
             if rc is not None:
                 break
             if not Probe.objects.filter(pk=probe.pk).exists():  # its set was deleted: stop, leave nothing
-                _kill(proc)
+                trainer_process.stop(proc, KILL_GRACE_S)
                 shutil.rmtree(directory, ignore_errors=True)
                 return None
             time.sleep(POLL_S)
     finally:
         follower.close()
         if proc.poll() is None:
-            _kill(proc)
+            trainer_process.stop(proc, KILL_GRACE_S)
     if rc != 0:
         how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-        tail = _tail(directory / "stderr.log")
+        tail = trainer_process.stderr_tail(directory / "stderr.log")
         return _finish(probe, error=f"the probe exited ({how})" + (f":\n{tail}" if tail else ""))
-    from training.difficulty import ProbeFileError, read_probe
-
     try:
         report = read_probe(out)
     except ProbeFileError as exc:
@@ -307,27 +286,6 @@ def _supervise(probe: Probe) -> Probe | None:
     summary = {**report.summary, "model": probe.model, "adapters": [probe.adapter] if probe.adapter else []}
     return _finish(probe, results=[r.to_dict() for r in report.results], summary=summary,
                    output_path=str(out.relative_to(settings.PROBLEM_SETS_DIR)))
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        text = path.read_bytes()[-16384:].decode("utf-8", "replace")
-    except OSError:
-        return ""
-    # transformers' weight-loading bars are carriage-return updates: keep only what each line ended as
-    kept = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
-    return "\n".join([line for line in kept if line.strip()][-lines:])
 
 
 def _finish(probe: Probe, *, error: str = "", results: list | None = None, summary: dict | None = None,
@@ -366,9 +324,7 @@ def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
 
 def notify_probe(probe: Probe) -> None:
     """Tell the owner's open pages how far the probe got (group ``user-<id>``, /ws/notifications/)."""
-    from .services import _notify
-
-    _notify(probe.problem_set, {"event": "probe", "problem_set": probe.problem_set_id, "probe": probe.pk,
+    notify_owner(probe.problem_set, {"event": "probe", "problem_set": probe.problem_set_id, "probe": probe.pk,
                                 "status": probe.status, "done": probe.done, "total": probe.total})
 
 
@@ -413,8 +369,6 @@ def probe_output(probe: Probe) -> Path:
 def check_run_filter(probe: Probe, problem_set: ProblemSet, difficulty: dict) -> dict[str, int]:
     """What the run's rules drop from the set's train problems by ``probe`` (``{"unsolved", "solved"}``),
     checked at launch as the trainer will apply it: ConfigError when nothing would be left to train on."""
-    from training.difficulty import ProblemDifficulty, ProbeReport, drop_by_difficulty
-
     class _Problem:
         def __init__(self, problem_id: str):
             self.id = problem_id

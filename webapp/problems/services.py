@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from webapp import env
+from webapp.core.groups import user_group
+from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
 from webapp.runs.models import ACTIVE_STATUSES
@@ -273,14 +277,18 @@ def import_task_id(problem_set_id: int) -> str:
     return f"import-{problem_set_id}"
 
 
+def _pending_imports() -> Iterable[Pending]:
+    for pk in ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING).values_list("pk", flat=True):
+        yield Pending(pk, import_task_id(pk), (pk,))
+
+
+IMPORT_JOB = DurableJob("problems.import_upload", pending=_pending_imports, what="the import again for problem sets")
+"""A set `importing`; a second copy of its task finds the import done and stops."""
+
+
 def publish_import(problem_set_id: int) -> bool:
     """Publish `problems.import_upload`; False (logged) when the broker is down: the sweep publishes it again."""
-    from webapp.core.broker import publish
-
-    from . import tasks
-
-    return publish(tasks.import_upload, args=[problem_set_id], task_id=import_task_id(problem_set_id),
-                   queue="sandbox")
+    return IMPORT_JOB.publish(problem_set_id, task_id=import_task_id(problem_set_id))
 
 
 def import_problem_set(problem_set_id: int) -> ProblemSet | None:
@@ -355,30 +363,7 @@ def import_state(ps: ProblemSet, *, errors: bool = True) -> dict:
 
 def notify_import(ps: ProblemSet) -> None:
     """Tell the owner's open pages how far the import got (group `user-<id>`, /ws/notifications/)."""
-    _notify(ps, {"event": "import", "problem_set": ps.pk, **import_state(ps, errors=False)})
-
-
-def republish_pending_imports() -> list[int]:
-    """Publish again the import of every `importing` set whose task the broker does not hold (like
-    ``republish_pending_validations``); a second copy of a task finds the import done and stops."""
-    importing = ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING).values_list("pk", flat=True)
-    return republish_lost("sandbox", [(pk, import_task_id(pk), lambda pk=pk: publish_import(pk)) for pk in importing],
-                          "the import again for problem sets")
-
-
-def republish_lost(queue: str, jobs: list, what: str) -> list[int]:
-    """Publish again each job of ``jobs`` (``(id, task_id, publish)``) whose task the broker's ``queue``
-    does not hold -> the ids published (``publish()`` says whether it got through). Raises
-    ``BrokerUnavailable`` while the broker is down."""
-    from webapp.core.broker import held_task_ids
-
-    if not jobs:
-        return []
-    held = held_task_ids(queue)
-    published = [pk for pk, task, publish in jobs if task not in held and publish()]
-    if published:
-        log.warning("published %s %s (the broker held no task for them)", what, published)
-    return published
+    notify_owner(ps, {"event": "import", "problem_set": ps.pk, **import_state(ps, errors=False)})
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -390,8 +375,6 @@ def enqueue_validation(problem_set: ProblemSet) -> ProblemSet:
     Each request bumps `validation_generation`: a task started for an older request stops or
     discards its results, so a re-validation during a running one never loses to it.
     """
-    from . import tasks
-
     with transaction.atomic():
         locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
         locked.validation_generation += 1
@@ -413,28 +396,24 @@ def validation_task_id(problem_set_id: int, generation: int) -> str:
     return f"validate-{problem_set_id}-{generation}"
 
 
-def publish_validation(problem_set_id: int, generation: int) -> bool:
-    """Publish `problems.validate`; False (logged) when the broker is down: the set stays pending and
-    ``republish_pending_validations`` publishes it again."""
-    from webapp.core.broker import publish
-
-    from . import tasks
-
-    return publish(tasks.validate, args=[problem_set_id, generation],
-                   task_id=validation_task_id(problem_set_id, generation), queue="sandbox")
-
-
-def republish_pending_validations() -> list[int]:
-    """Publish again the validation of every pending set whose task the broker does not hold (a publish
-    that failed while Redis was down, or a message lost with it). Returns the set ids published; raises
-    ``BrokerUnavailable`` while the broker is down. A task published twice is harmless: the second copy
-    finds the set's generation validated (or under way) and does nothing new."""
+def _pending_validations() -> Iterable[Pending]:
     pending = (ProblemSet.objects.filter(validation_status=ProblemSet.Validation.PENDING,
                                          import_status=ProblemSet.Import.DONE)
                .values_list("pk", "validation_generation"))
-    return republish_lost("sandbox", [(pk, validation_task_id(pk, generation),
-                                       lambda pk=pk, generation=generation: publish_validation(pk, generation))
-                                      for pk, generation in pending], "the validation again for problem sets")
+    for pk, generation in pending:
+        yield Pending(pk, validation_task_id(pk, generation), (pk, generation))
+
+
+VALIDATION_JOB = DurableJob("problems.validate", pending=_pending_validations,
+                            what="the validation again for problem sets")
+"""A set pending validation; a second copy of its task finds the set's generation validated (or under
+way) and does nothing new."""
+
+
+def publish_validation(problem_set_id: int, generation: int) -> bool:
+    """Publish `problems.validate`; False (logged) when the broker is down: the set stays pending and
+    the sweep publishes it again."""
+    return VALIDATION_JOB.publish(problem_set_id, generation, task_id=validation_task_id(problem_set_id, generation))
 
 
 @dataclass
@@ -607,17 +586,14 @@ def _finish(problem_set_id: int, generation: int, *, error: str = "") -> Problem
 
 def notify_validation(ps: ProblemSet) -> None:
     """Tell the owner's open pages (group `user-<id>`, /ws/notifications/) that the status changed."""
-    _notify(ps, {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
+    notify_owner(ps, {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
                  "passed": ps.validation_passed, "failed": ps.validation_failed,
                  "checked": ps.validation_checked, "total": ps.problem_count})
 
 
-def _notify(ps: ProblemSet, payload: dict) -> None:
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
+def notify_owner(ps: ProblemSet, payload: dict) -> None:
     try:
-        async_to_sync(get_channel_layer().group_send)(f"user-{ps.owner_id}", {"type": "notify", "payload": payload})
+        async_to_sync(get_channel_layer().group_send)(user_group(ps.owner_id), {"type": "notify", "payload": payload})
     except Exception:  # a notification is a courtesy: pages also poll, and the rows are written
         log.warning("problem set %s: could not send the %s notification", ps.pk, payload["event"], exc_info=True)
 

@@ -13,6 +13,8 @@ from ninja.responses import Status
 from sandbox.flags import FLAGS
 from training.config import ConfigError, json_schema
 
+from webapp.problems.models import ProblemSet
+
 from . import queries, services
 from .archive import archive_extras
 from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
@@ -269,8 +271,6 @@ def _run(request: HttpRequest, run_id: int) -> Run:
 @router.post("", response={201: RunCreated, 400: Error, 503: QueueDown},
              summary="Create and launch a run (503: saved and queued, but the task queue is unreachable)")
 def create_run(request: HttpRequest, payload: RunIn):
-    from webapp.problems.models import ProblemSet
-
     user = _user(request)
     problem_set = ProblemSet.objects.visible_to(user).filter(pk=payload.problem_set).first()
     if problem_set is None:

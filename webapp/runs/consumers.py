@@ -25,6 +25,8 @@ from django.db import close_old_connections
 from django.db.models import Max, Q, TextField
 from django.db.models.functions import Cast
 
+from webapp.core.groups import run_group
+
 from .models import Run, RunEvent
 from .runtime import step_message_extras
 
@@ -133,7 +135,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if self.config is None:
             await self.close()
             return
-        self.group = f"run-{self.run_id}"
+        self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.replay = asyncio.ensure_future(self._replay(since, after))

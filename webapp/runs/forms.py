@@ -15,9 +15,10 @@ from django.conf import settings
 from training.config import ConfigError, json_schema
 
 from webapp.core.text import name_problem
+from webapp.problems.models import ProblemSet
 
+from .config import validate_config
 from .model_refs import WEB_DEFAULT_MODEL
-from .services import validate_config
 
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
@@ -199,8 +200,6 @@ class RunForm(forms.Form):
     def __init__(self, *args, user, initial_config: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
-        from webapp.problems.models import ProblemSet
-
         self.fields["problem_set"].queryset = ProblemSet.objects.visible_to(user).order_by("-created")
         self.fields["problem_set"].label_from_instance = set_label
         initial = flatten(initial_config or {})

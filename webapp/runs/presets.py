@@ -7,8 +7,8 @@ by the tests.
 """
 from __future__ import annotations
 
+from .config import merge_config
 from .model_refs import WEB_DEFAULT_MODEL
-from .services import merge_config
 
 TINY_QWEN3_5_MODEL = "models/tiny-qwen3_5"  # `make run` builds it next to models/tiny (webapp.launcher.DEMO_MODELS)
 

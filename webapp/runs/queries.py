@@ -7,6 +7,7 @@ import json
 from django.db import connection
 from django.db.models import Count, Q
 
+from .archive import best_checkpoint_ids, heldout_points
 from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
 
 # Outcomes of an execution, grouped for the sandbox-health panel: the first group is the sandbox's
@@ -185,8 +186,6 @@ def candidates(run: Run, problem_id: str, *, status: str | None = None, step: in
 
 
 def checkpoints(run: Run) -> list[dict]:
-    from .archive import best_checkpoint_ids, heldout_points
-
     rows = list(Checkpoint.objects.filter(run=run).order_by("step", "kind"))
     at, best = dict(heldout_points(run)), best_checkpoint_ids(run, rows)
     return [{"id": c.pk, "step": c.step, "kind": c.kind, "path": c.path, "size_bytes": c.size_bytes,

@@ -121,7 +121,7 @@ def rescore_run(run: Run, weights: Any = None, steps: Any = None, top: int = 10)
         return out
     first, last = step_range(requested, stored)
 
-    from training.rescore import RewardSettings, StoredCandidate, rescore
+    from training.rescore import RewardSettings, StoredCandidate, rescore  # loads torch: not at web start
 
     rows = (Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step__gte=first, step__lte=last)
             .values_list("step", "problem_id", "index", "reward", "rewards", "result__flags", "overlong_penalty",
@@ -188,7 +188,7 @@ def _flags(flags: Any) -> tuple[str, ...]:
 
 def _turns(turns: Any) -> tuple:
     """A multi-turn candidate's stored turns as ``training.rescore.StoredTurn``s (empty for one turn)."""
-    from training.rescore import StoredTurn
+    from training.rescore import StoredTurn  # loads torch: not at web start
 
     if not isinstance(turns, list):
         return ()

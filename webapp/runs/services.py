@@ -3,8 +3,8 @@
 - ``create_run``: merge the user's config over the training defaults, validate it with
   ``training.config`` (a ``ConfigError`` names the dotted field) and the model name with ``model_refs``,
   write the run dir (``run.yaml`` with the resolved model, the run's own ``problems.jsonl``), enqueue
-  the supervisor task after the commit (a failed publish leaves the run queued;
-  ``republish_queued_runs``, run by beat, publishes it again). The run's stored config keeps the
+  the supervisor task after the commit (a failed publish leaves the run queued; the ``RUN_JOB``
+  sweep, run by beat and when a worker starts, publishes it again). The run's stored config keeps the
   model name the user gave.
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -29,109 +29,25 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from training.config import (ConfigError, RunConfig, check_ceilings, config_from_dict, config_to_dict,
-                             save_config)
+from training.config import ConfigError, config_from_dict, save_config
 
+from webapp.core.groups import run_group, user_group
+from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
 from webapp.core.text import name_problem
+from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
+from webapp.problems.services import write_problems_jsonl
 
-from .engines import check_engine
+from .checkpoints import STATE_DIR, resolve_checkpoint_dir
+from .config import merge_config, trainer_config, validate_config
 from .event_summary import summarize
-from .model_refs import WEB_DEFAULT_MODEL, check_hub_model, resolve_model
+from .model_refs import check_hub_model
 from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 from .runtime import step_message_extras
 
 log = logging.getLogger("crucible.runs")
 channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
-
-
-def group_name(run_id: int) -> str:
-    return f"run-{run_id}"
-
-
-# ---- config ---------------------------------------------------------------------------------------
-
-
-def default_config() -> dict:
-    """The training defaults, with the model a web user names by default (not the CLI's relative path)."""
-    config = config_to_dict(RunConfig())
-    config["model"]["name_or_path"] = WEB_DEFAULT_MODEL
-    return config
-
-
-def merge_config(base: dict, overrides: dict) -> dict:
-    """``overrides`` deep-merged over ``base``; a value that is not a mapping (``null`` too) replaces."""
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_config(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def validate_config(config: dict, user) -> dict:
-    """The full merged config (as a plain dict) for ``user``'s overrides ``config``; raises ConfigError.
-
-    ``model.name_or_path`` must be a name ``user`` may use (model_refs); the result keeps that name.
-    """
-    if not isinstance(config, dict):
-        raise ConfigError("config", f"must be a mapping of sections (model, sampling, ppo, ...); got {config!r}")
-    if "problems" in config:
-        raise ConfigError("problems", "is set from the run's problem set; leave it out of the config")
-    merged = merge_config(default_config(), config)
-    merged["problems"] = "problems.jsonl"  # relative until the run dir exists; create_run sets the real path
-    probe = _difficulty_probe_name(merged)
-    cfg = config_from_dict(merged)
-    check_ceilings(cfg, settings.CONFIG_CEILINGS)
-    full = config_to_dict(cfg)
-    full["difficulty"]["probe"] = probe
-    if full["model"]["adapters"]:
-        raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
-                                            "your run as run:<id>/step-<n>; leave model.adapters out")
-    _check_sandbox_endpoints(full["sandbox"]["endpoints"])
-    resolve_model(full["model"]["name_or_path"], user)
-    check_engine(full)
-    return full
-
-
-def _check_sandbox_endpoints(endpoints: list) -> None:
-    """A web user may name only this server's sandbox replicas (CRUCIBLE_SANDBOX_ENDPOINTS): the worker
-    sends its sandbox token to every endpoint of a run."""
-    from sandbox.remote import ENDPOINTS_ENV, operator_endpoints
-
-    allowed = operator_endpoints()
-    stray = [u for u in endpoints if u.rstrip("/") not in allowed]
-    if stray:
-        raise ConfigError("sandbox.endpoints", f"{stray[0]} is not one of this server's sandbox replicas ("
-                                               f"{', '.join(allowed) or f'none: {ENDPOINTS_ENV} is unset'}); leave "
-                                               "sandbox.endpoints out and runs use the server's own")
-
-
-def _difficulty_probe_name(merged: dict) -> str | None:
-    """``difficulty.probe`` as a web user names it: ``probe:<id>`` or null (the problem set's latest
-    finished probe, found by ``create_run``), never a path. A null probe under a drop rule becomes a
-    stand-in in ``merged`` so that the config validates; the caller puts the name back."""
-    from webapp.problems.probes import PROBE_REFERENCE
-
-    difficulty = merged.get("difficulty")
-    if not isinstance(difficulty, dict):
-        return None
-    probe = difficulty.get("probe")
-    if probe is not None and not (isinstance(probe, str) and PROBE_REFERENCE.fullmatch(probe)):
-        raise ConfigError("difficulty.probe", "names a difficulty probe of the run's problem set as probe:<id>, or "
-                                              "null for the set's latest finished probe (never a path)")
-    if probe is None and (difficulty.get("drop_unsolved") or difficulty.get("drop_solved")):
-        merged["difficulty"] = {**difficulty, "probe": "probe:latest"}
-    return probe
-
-
-def trainer_config(full: dict, user) -> dict:
-    """``full`` as the trainer gets it: the model name resolved to a hub id or a server directory."""
-    resolved = resolve_model(full["model"]["name_or_path"], user)
-    return merge_config(full, {"model": {"name_or_path": resolved.name_or_path,
-                                         "adapters": list(resolved.adapters)}})
 
 
 # ---- lifecycle ------------------------------------------------------------------------------------
@@ -153,9 +69,6 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
                                          "upload problems with split: train")
     full = validate_config(config, owner)
     check_hub_model(full["model"]["name_or_path"])
-    from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
-    from webapp.problems.services import write_problems_jsonl
-
     probe = resolve_run_probe(full["difficulty"], problem_set)
     if probe is not None:
         full["difficulty"]["probe"] = probe.reference
@@ -191,34 +104,20 @@ def _enqueue_on_commit(run: Run) -> None:
     transaction.on_commit(publish)
 
 
+def _queued_runs() -> Iterable[Pending]:
+    for pk, task_id in Run.objects.filter(status=Run.Status.QUEUED).order_by("created").values_list(
+            "pk", "celery_task_id"):
+        yield Pending(pk, task_id, (pk,))
+
+
+RUN_JOB = DurableJob("runs.supervise", pending=_queued_runs, what="the supervisor again for queued runs")
+"""A queued run (its task id is new at each queueing: a resume is a new task). A supervisor task published
+twice is harmless: it claims the run under a row lock and the second copy finds it no longer queued."""
+
+
 def enqueue_run(run: Run) -> bool:
     """Publish the supervisor task of a queued run; False (logged) when the broker is unreachable."""
-    from webapp.core.broker import publish
-
-    from .tasks import supervise
-
-    return publish(supervise, args=[run.pk], task_id=run.celery_task_id, queue="gpu")
-
-
-def republish_queued_runs() -> list[int]:
-    """Publish again the supervisor of every queued run whose task the broker does not hold.
-
-    Catches a publish that failed after its run was committed (broker down) and a message the broker
-    lost (a restarted Redis without persistence). A task published twice is harmless: the supervisor
-    claims the run under a row lock and the second copy finds it no longer queued. Returns the ids
-    published; raises ``BrokerUnavailable`` while the broker is down.
-    """
-    from webapp.core.broker import held_task_ids
-
-    queued = list(Run.objects.filter(status=Run.Status.QUEUED).order_by("created"))
-    if not queued:
-        return []
-    held = held_task_ids("gpu")
-    published = [run.pk for run in queued if run.celery_task_id not in held and enqueue_run(run)]
-    if published:
-        log.warning("published the supervisor again for queued runs %s (the broker held no task for them)",
-                    published)
-    return published
+    return RUN_JOB.publish(run.pk, task_id=run.celery_task_id)
 
 
 def cancel_run(run: Run) -> str:
@@ -457,8 +356,6 @@ def problem_splits(run_dir: str) -> dict[str, str]:
 def directory_size(run: Run, relative: str) -> int:
     """Bytes of the regular files under run_dir/relative that a download holds (symlinks not followed,
     the trainer's resume state left out); 0 when missing."""
-    from .checkpoints import STATE_DIR, resolve_checkpoint_dir
-
     try:
         root = resolve_checkpoint_dir(run, relative)
     except (FileNotFoundError, PermissionError):
@@ -482,7 +379,7 @@ def broadcast_event(run_id: int, message: dict) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.event", "event": message})
+        async_to_sync(layer.group_send)(run_group(run_id), {"type": "run.event", "event": message})
     except Exception:  # a missing live update must never lose the stored event
         channel_layer_outage.failed("broadcast of run %s event failed", run_id)
     else:
@@ -502,7 +399,7 @@ def notify_status(run: Run) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(f"user-{run.owner_id}", {"type": "notify", "payload": {
+        async_to_sync(layer.group_send)(user_group(run.owner_id), {"type": "notify", "payload": {
             "kind": "run", "id": run.pk, "name": run.name, "status": run.status}})
     except Exception:
         channel_layer_outage.failed("notification for run %s failed", run.pk)

@@ -14,8 +14,6 @@ down (SIGTERM: a restart) is resumed automatically when a gpu worker starts.
 """
 from __future__ import annotations
 
-import ctypes
-import json
 import logging
 import os
 import signal
@@ -29,69 +27,19 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from . import services
+from webapp.core import trainer_process
+from webapp.core.trainer_process import STALE_AFTER, EventFollower, pid_alive, signal_group
+
+from . import model_refs, services
 from .models import Run, TransitionError
 
 log = logging.getLogger("crucible.runs")
 
 POLL_S = 0.02            # events.jsonl poll period (the live-latency budget is 50 ms)
 DB_CHECK_S = 0.5         # how often the supervisor looks for a cancel request and beats its heart
-STALE_AFTER = timedelta(seconds=120)   # a running run without a heartbeat for this long lost its worker
 CANCEL_GRACE_S = 600     # SIGTERM lets the trainer checkpoint; after this long it is killed
 STARTUP_CANCEL_GRACE_S = 2.0   # before its first step a trainer has nothing to save: killed this soon
 SHUTDOWN_WAIT_S = 60     # a worker being stopped waits this long for its trainer's last lines
-STDERR_TAIL_LINES = 20
-
-
-class EventFollower:
-    """Tails a JSON Lines file by byte offset; a partial last line waits for its newline.
-
-    ``read()`` returns ``[(seq, event, offset_after_line)]`` for each new complete line, where
-    ``seq`` is the 0-based line number. A complete line that is not a JSON object (should never
-    happen) becomes ``{"event": "invalid", "line": ...}`` so that numbering stays exact.
-    """
-
-    def __init__(self, path: str | Path, *, offset: int = 0, seq: int = 0):
-        self.path = Path(path)
-        self.offset, self.seq = offset, seq
-        self._file = None
-        self._partial = b""
-
-    def read(self) -> list[tuple[int, dict, int]]:
-        if self._file is None:
-            try:
-                self._file = open(self.path, "rb")
-            except FileNotFoundError:
-                return []
-            self._file.seek(self.offset)
-        data = self._file.read()
-        if not data:
-            return []
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()  # b"" when the data ended with a newline
-        out = []
-        position = self.offset
-        for raw in lines:
-            position += len(raw) + 1
-            seq = self.seq
-            self.seq += 1
-            if not raw.strip():
-                continue
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                event = None
-            if not isinstance(event, dict):
-                event = {"event": "invalid", "line": raw.decode("utf-8", "replace")[:2000]}
-            out.append((seq, event, position))
-        self.offset = position
-        return out
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
 
 def ingest_new_events(run: Run, follower: EventFollower, *, apply_done: bool = True) -> list[dict]:
@@ -103,18 +51,6 @@ def ingest_new_events(run: Run, follower: EventFollower, *, apply_done: bool = T
 
 
 # ---- the child --------------------------------------------------------------------------------------
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent_pid: int):
-    def preexec() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-    return preexec
-
 
 def trainer_command(run: Run, *, resume: bool) -> list[str]:
     # CRUCIBLE_TRAINER_MODULE lets the supervisor tests script a trainer's exit paths (crash, signal).
@@ -128,75 +64,30 @@ def trainer_command(run: Run, *, resume: bool) -> list[str]:
     return [sys.executable, *args]
 
 
-def trainer_env(*, offline: bool = False) -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # The trainer works in its run dir (below), so the project must be importable from elsewhere.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(settings.BASE_DIR), os.environ.get("PYTHONPATH")) if p)
-    if settings.HF_OFFLINE or offline:  # without a network the hub client would retry for about a minute first
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    return env
-
-
 def hub_unreachable_for(run: Run) -> bool:
     """Whether the run's model is a hub id and the hub cannot be reached from this worker: its trainer
     then loads from the cache at once (or fails at once naming the model) instead of retrying."""
-    from .model_refs import hub_reachable, names_hub_model
-
     model = run.config.get("model") if isinstance(run.config, dict) else None
     name = model.get("name_or_path") if isinstance(model, dict) else None
-    return isinstance(name, str) and names_hub_model(name) and not hub_reachable()
+    return isinstance(name, str) and model_refs.names_hub_model(name) and not model_refs.hub_reachable()
 
 
 def start_trainer(run: Run, *, resume: bool) -> subprocess.Popen:
-    env = trainer_env(offline=hub_unreachable_for(run))
+    env = trainer_process.trainer_env(offline=hub_unreachable_for(run))
     command = trainer_command(run, resume=resume)
     stdout = open(run.path / "stdout.log", "ab")
     stderr = open(run.path / "stderr.log", "ab")
     try:
         stderr.write(f"\n--- {timezone.now().isoformat()} {' '.join(command)}\n".encode())
         stderr.flush()
-        # cwd is the run dir: a hub id (org/name) that also names a directory relative to the trainer's
-        # working directory would be loaded from there, and the run dir holds only the run's own files.
-        return subprocess.Popen(command, cwd=run.path, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=stderr, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+        return trainer_process.spawn(command, cwd=run.path, env=env, stdout=stdout, stderr=stderr)
     finally:
         stdout.close()
         stderr.close()
 
 
-def stderr_tail(run: Run, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        with open(run.path / "stderr.log", "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) is not alive for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+def stderr_tail(run: Run) -> str:
+    return trainer_process.stderr_tail(run.path / "stderr.log")
 
 
 # ---- supervision ----------------------------------------------------------------------------------
@@ -241,10 +132,10 @@ def supervise_run(run_id: int) -> str:
     finally:
         follower.close()
         if proc.poll() is None and not stopping:  # the supervisor itself failed: no trainer left behind
-            _signal_group(proc, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             _wait_recording(run, proc.poll, 60)
             if proc.poll() is None:
-                _signal_group(proc, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
                 proc.wait()
             run.refresh_from_db()
             if run.resume_count == attempt:
@@ -293,7 +184,7 @@ def _stop_for_shutdown(run: Run, proc: subprocess.Popen, attempt: int) -> None:
     (its checkpoint is worth more than a prompt exit); the next sweep records its last lines.
     """
     Run.objects.filter(pk=run.pk, resume_count=attempt, status=Run.Status.RUNNING).update(auto_resume=True)
-    _signal_group(proc, signal.SIGTERM)
+    signal_group(proc.pid, signal.SIGTERM)
     _wait_recording(run, proc.poll, SHUTDOWN_WAIT_S)
     run.refresh_from_db()
     if proc.poll() is not None and run.resume_count == attempt:
@@ -323,14 +214,14 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
             status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
             Run.objects.filter(pk=run.pk).update(heartbeat=timezone.now())
             if status == "cancelling" and term_sent is None:
-                _signal_group(proc, signal.SIGTERM)
+                signal_group(proc.pid, signal.SIGTERM)
                 term_sent = now
             elif status is None:  # the run was deleted
-                _signal_group(proc, signal.SIGTERM)
+                signal_group(proc.pid, signal.SIGTERM)
                 term_sent = term_sent or now
         starting = not stepped and not done_seen
         if term_sent is not None and now - term_sent > (STARTUP_CANCEL_GRACE_S if starting else CANCEL_GRACE_S):
-            _signal_group(proc, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
         time.sleep(POLL_S)
     run.refresh_from_db()
     if run.resume_count != attempt:
@@ -352,9 +243,7 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
 
 def supervisor_is_alive(run: Run) -> bool:
     """Whether the run's supervisor may still be at work (same host: its pid; elsewhere: its heartbeat)."""
-    if run.worker_host == socket.gethostname():
-        return pid_alive(run.worker_pid)
-    return run.heartbeat is not None and timezone.now() - run.heartbeat < STALE_AFTER
+    return trainer_process.worker_alive(run.worker_host, run.worker_pid, run.heartbeat)
 
 
 def is_trainer_of(pid: int | None, run: Run) -> bool:
@@ -436,7 +325,7 @@ def settle_lost_run(run: Run, reason: str) -> bool | None:
         silent = run.heartbeat is None or timezone.now() - run.heartbeat > timedelta(seconds=CANCEL_GRACE_S)
         if not (silent and run.worker_host == socket.gethostname()):
             return None
-        _kill_group(run.trainer_pid)
+        signal_group(run.trainer_pid, signal.SIGKILL)
         reason += f"; its trainer ({run.trainer_pid}) stopped writing for {CANCEL_GRACE_S} s and was killed"
     catch_up(run)  # the lines written between the first catch-up and the trainer's exit
     return finish_lost_run(run, reason)
@@ -460,20 +349,13 @@ def adopt_lost_run(run: Run, *, host: str, pid: int) -> str:
         trainer_pid = run.trainer_pid
         _wait_recording(run, lambda: None if is_trainer_of(trainer_pid, run) else True, CANCEL_GRACE_S)
         if is_trainer_of(trainer_pid, run):
-            _kill_group(trainer_pid)
+            signal_group(trainer_pid, signal.SIGKILL)
             reason += f"; its trainer did not stop within {CANCEL_GRACE_S} s and was killed"
     outcome = settle_lost_run(run, reason)
     if outcome is None:
         return f"run {run.pk} lost its worker; its trainer on {run.worker_host} is still writing (left to the sweep)"
     run.refresh_from_db()
     return f"run {run.pk} lost its worker; its last lines are recorded and it is {run.status}"
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)  # the trainer leads its own session: the group is its own
-    except ProcessLookupError:
-        pass
 
 
 def fail_lost_runs() -> list[int]:

@@ -22,11 +22,11 @@ from webapp.core.text import name_problem, text_problem
 
 from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
-from .forms import RunForm, flatten
+from .config import default_config, merge_config
+from .forms import RunForm, flatten, set_warnings
 from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError
 from .presets import get_preset, presets
 from .trajectory import turn_views
-from .services import merge_config, default_config
 
 
 # As django.utils.html.json_script: the JSON can never close the <script> element it sits in.
@@ -117,8 +117,6 @@ def run_new(request: HttpRequest) -> HttpResponse:
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
                      "values": flatten(merge_config(default_config(), p["config"]))}
                     for p in presets() + ([preset] if clone else [])]
-    from .forms import set_warnings
-
     # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
     set_facts = {ps.pk: {"name": ps.name, "train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
                  for ps in form.fields["problem_set"].queryset}
@@ -157,8 +155,6 @@ def _default_problem_set(sets, problems_per_step: int):
     The newest upload is often a small scratch file without a held-out split; preselecting it made
     runs that could never report held-out pass@1.
     """
-    from .forms import set_warnings
-
     sets = list(sets[:50])
     return next((ps for ps in sets if ps.train_count and not set_warnings(ps, problems_per_step)),
                 next((ps for ps in sets if ps.train_count and ps.heldout_count), sets[0] if sets else None))

@@ -168,10 +168,10 @@ def test_the_sweep_publishes_again_an_import_the_broker_lost_but_not_one_it_hold
         held = client_alice.post("/api/problem-sets", {"file": upload_file(many(101))}).json()["id"]
     published = []
     monkeypatch.setattr("webapp.core.broker.held_task_ids", lambda queue: {services.import_task_id(held)})
-    monkeypatch.setattr(services, "publish_import", lambda pk: published.append(pk) or True)
-    monkeypatch.setattr(services, "publish_validation", lambda pk, generation: True)
-    assert services.republish_pending_imports() == [lost]
-    assert services.republish_pending_validations() == []  # nothing to validate before the import
+    monkeypatch.setattr("webapp.core.broker.publish", lambda name, args, task_id: published.append(task_id) or True)
+    assert services.IMPORT_JOB.republish_lost() == [lost]
+    assert published == [services.import_task_id(lost)]
+    assert services.VALIDATION_JOB.republish_lost() == []  # nothing to validate before the import
 
 
 @pytest.mark.e2e

@@ -162,7 +162,7 @@ def demo_config(steps=2, model=None):
     """The CPU demo preset (models/tiny: point settings.MODELS_DIR at ``models_dir``), shrunk to a few
     seconds a step; ``model`` names another installed model (``models/tiny-qwen3_5``)."""
     from webapp.runs.presets import get_preset
-    from webapp.runs.services import merge_config
+    from webapp.runs.config import merge_config
 
     if model is not None:
         return merge_config(demo_config(steps), {"model": {"name_or_path": model}})

@@ -132,7 +132,7 @@ def test_checkpoint_download_refuses_symlinks_and_escapes(client_alice, run, tmp
 
 
 def test_presets_are_valid_configs_and_the_demo_points_at_the_tiny_model(client_alice, user, settings):
-    from webapp.runs.services import validate_config
+    from webapp.runs.config import validate_config
 
     presets = client_alice.get("/api/presets").json()
     assert {p["title"] for p in presets} >= {"CPU demo — tiny model", "Qwen3.5-9B LoRA on one 80 GB GPU"}

@@ -10,7 +10,7 @@ from .test_api import finished_run
 def form_data(problem_set, **changes):
     from webapp.runs.forms import RunForm, flatten
     from webapp.runs.presets import get_preset
-    from webapp.runs.services import default_config, merge_config
+    from webapp.runs.config import default_config, merge_config
 
     values = flatten(merge_config(default_config(), merge_config(get_preset("cpu-demo")["config"], TINY_OVERRIDES)))
     data = {"name": "form run", "problem_set": problem_set.pk}

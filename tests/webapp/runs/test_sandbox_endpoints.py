@@ -3,7 +3,7 @@ sandbox token to every endpoint of a run."""
 import pytest
 
 from training.config import ConfigError
-from webapp.runs.services import validate_config
+from webapp.runs.config import validate_config
 
 
 @pytest.mark.django_db

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from webapp.runs.models import Run, RunEvent, StepMetric
 from webapp.runs.services import cancel_run
-from webapp.runs.supervisor import fail_lost_runs, pid_alive, supervise_run, trainer_command, trainer_env
+from webapp.core.trainer_process import pid_alive, trainer_env
+from webapp.runs.supervisor import fail_lost_runs, supervise_run, trainer_command
 
 from .conftest import ROOT, write_events, step_event
 
@@ -147,9 +148,9 @@ def test_a_run_whose_worker_died_is_marked_failed_and_keeps_its_events(run):
 def test_the_trainer_dies_with_its_supervisor():
     code = (
         "import os, subprocess, sys, django; django.setup();"
-        "from webapp.runs.supervisor import _die_with_parent;"
+        "from webapp.core.trainer_process import die_with_parent;"
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
-        " preexec_fn=_die_with_parent(os.getpid())); print(p.pid, flush=True); os._exit(0)")
+        " preexec_fn=die_with_parent(os.getpid())); print(p.pid, flush=True); os._exit(0)")
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings.test")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     child = int(out.stdout.split()[0])
@@ -249,7 +250,7 @@ def test_the_run_page_only_reads_a_lost_run_and_the_sweep_settles_it(client_alic
 
 
 def test_the_sweep_settles_a_run_whose_worker_on_another_host_stopped_beating(run):
-    from webapp.runs.supervisor import STALE_AFTER
+    from webapp.core.trainer_process import STALE_AFTER
 
     assert run.claim(host="another-host", pid=1)
     write_events(run.path / "events.jsonl", [step_event(1)])
@@ -366,7 +367,7 @@ def test_a_hub_model_on_a_worker_without_network_starts_its_trainer_offline(run,
     run.config["model"]["name_or_path"] = "Qwen/Qwen3.5-9B"
     monkeypatch.setattr(model_refs, "hub_reachable", lambda: False)
     assert supervisor.hub_unreachable_for(run)
-    assert supervisor.trainer_env(offline=True)["HF_HUB_OFFLINE"] == "1"
+    assert trainer_env(offline=True)["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setattr(model_refs, "hub_reachable", lambda: True)
     assert not supervisor.hub_unreachable_for(run)
     run.config["model"]["name_or_path"] = "models/tiny"
