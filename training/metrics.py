@@ -35,14 +35,14 @@ WEIGHT_KEY = "candidates"
 @dataclass(frozen=True)
 class Chart:
     """A run-page chart: ``chart-<name>``; ``scale`` is how its y axis reads (``share``: 0-100 %,
-    ``zero``: from 0, ``count``: whole numbers from 0, ``log``, ``linear``); ``total`` is drawn first
-    and thicker."""
+    ``percent``: % from 0, ``unit``: 0-1, ``zero``: from 0, ``count``: whole numbers from 0, ``log``,
+    ``linear``); ``total`` is drawn first and thicker."""
 
     name: str
     title: str
     axis: str
     """The y axis's title."""
-    scale: Literal["share", "zero", "count", "log", "linear"] = "linear"
+    scale: Literal["share", "percent", "unit", "zero", "count", "log", "linear"] = "linear"
     total: str | None = None
 
 
@@ -53,7 +53,8 @@ class Metric:
     label: str
     """How a page names it on its own (``{name}``: a family's placeholder)."""
     unit: str
-    """``share`` (0..1), ``reward``, ``nats``, ``s``, ``tokens``, ``tokens/s``, ``count``, ``steps``, ``ratio``, ``lr``."""
+    """``share`` (0..1), ``reward``, ``nats``, ``s``, ``tokens``, ``tokens/s``, ``count``, ``steps``,
+    ``ratio``, ``lr``."""
     combine: Combine
     """How the step's value is made from each trainer process's value."""
     doc: str
@@ -78,12 +79,13 @@ class Metric:
 CHARTS: tuple[Chart, ...] = (
     Chart("reward", "Reward: total and each dimension", "mean reward", total="reward/mean"),
     Chart("pass", "Pass rate (train rollouts, held-out eval)", "pass rate", scale="share"),
-    Chart("repair", "Repair: first turn vs after every turn", "share / mean reward", scale="share"),
+    Chart("repair", "Repair: first turn vs after every turn", "share / mean reward", scale="unit"),
     Chart("kl", "KL to the reference model", "KL (nats/token)", scale="zero"),
     Chart("loss", "Loss: policy and KL terms", "loss"),
-    Chart("clip", "Clip fraction", "tokens clipped", scale="share"),
+    Chart("clip", "Clip fraction", "tokens clipped", scale="percent"),
     Chart("entropy", "Policy entropy", "nats/token"),
     Chart("tokens", "Generation throughput", "tokens/s", scale="zero"),
+    # phases may overlap (docs/design.md "Training run events"): lines, not a stack
     Chart("time", "Time per step, by phase", "seconds", scale="zero", total="time/step_s"),
     Chart("mismatch", "Sampler vs trainer log-probs (same weights)", "nats (log scale)", scale="log"),
     Chart("truncated", "Truncated replies (hit max_new_tokens)", "share of candidates", scale="share"),

@@ -46,3 +46,12 @@ def test_the_registry_travels_as_plain_data():
     assert by_key["reward/mean"]["legend"] == "total (weighted)" and by_key["kl"]["charts"] == ["kl"]
     assert by_key["flags/<flag>"]["prefix"] == "flags/" and "prefix" not in by_key["kl"]
     assert [c["name"] for c in data["charts"]][:2] == ["reward", "pass"]
+
+
+def test_the_design_record_lists_every_metric_as_the_registry_defines_it():
+    from pathlib import Path
+
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    for m in metrics.METRICS:
+        row = f"| `{m.key}` | {m.combine} | {m.unit} | {', '.join(m.charts) or '—'} | {m.doc} |"
+        assert row in design, f"docs/design.md 'Step metrics' is missing or differs on: {row}"
