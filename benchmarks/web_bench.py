@@ -49,16 +49,15 @@ def trainer_main(argv: list[str]) -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     plan = json.loads((Path(args.out) / "bench.json").read_text())
-    with open(Path(args.out) / "events.jsonl", "a") as f:
-        def emit(**e):
-            f.write(json.dumps({**e, "time": time.time()}) + "\n")
-            f.flush()
-        emit(event="start", config={}, model="bench")
+    from training.events import EventWriter, Start, done_event, step_event
+
+    with EventWriter(Path(args.out) / "events.jsonl") as events:
+        events.write(Start(config={}, model="bench", steps=plan["events"]))
         time.sleep(plan["warmup_s"])
         for step in range(1, plan["events"] + 1):
-            emit(event="step", step=step, metrics={"reward/mean": step / plan["events"], "kl": 0.001})
+            events.write(step_event(step, {"reward/mean": step / plan["events"], "kl": 0.001}))
             time.sleep(plan["interval"])
-        emit(event="done", status="succeeded", error=None)
+        events.write(done_event("succeeded"))
 
 
 # ---- setup ------------------------------------------------------------------------------------------
@@ -214,7 +213,10 @@ def seed_big_run(steps: int = 1000, n_problems: int = 200, per_step: int = 8, ca
                               for s in range(0, steps + 1, 50)])
     Checkpoint.objects.bulk_create([Checkpoint(run=run, step=s, kind="adapter", path=f"checkpoints/step-{s}",
                                                size_bytes=10 ** 7) for s in range(100, steps + 1, 100)])
-    RunEvent.objects.create(run=run, seq=steps * (1 + per_step) + 50, kind="done", payload={"event": "done"})
+    from training.events import done_event
+
+    RunEvent.objects.create(run=run, seq=steps * (1 + per_step) + 50, kind="done",
+                            payload=done_event("succeeded").to_dict())
     return run, user, len(cands)
 
 
@@ -261,8 +263,11 @@ def trainer_problem_event(rng, step: int, problem_id: str, candidates: int) -> d
                                "isolation": "bwrap", "isolation_features": ["user_ns", "pid_ns", "net_ns"],
                                "flags": []},
                     "truncated": False})
-    return {"event": "problem", "step": step, "problem_id": problem_id, "pass_rate": rng.random(),
-            "candidates": out, "time": 1e9 + step}
+    from training.events import problem_event, zero_variance
+
+    event = problem_event(step, problem_id, sum(c["result"]["status"] == "passed" for c in out) / candidates, out,
+                          zero_variance=zero_variance([c["reward"] for c in out]))
+    return {**event.to_dict(), "time": 1e9 + step}
 
 
 def seed_replay_run(name: str, *, steps: int, per_step: int, candidates: int, summarized: bool):
@@ -270,6 +275,7 @@ def seed_replay_run(name: str, *, steps: int, per_step: int, candidates: int, su
     stored before issue 23 (whole events). Returns (run, events stored, bytes of their JSON)."""
     import random
 
+    from training.events import done_event, step_event
     from webapp.runs.event_summary import summarize
     from webapp.runs.models import Run, RunEvent, StepMetric
     from webapp.runs.config import default_config
@@ -281,9 +287,10 @@ def seed_replay_run(name: str, *, steps: int, per_step: int, candidates: int, su
     ids = [f"problem-{i:03d}" for i in range(200)]
     rows, metrics, seq, size = [], [], 0, 0
     for s in range(1, steps + 1):
-        step = {"event": "step", "step": s, "time": 1e9 + s, "metrics": {
+        step = {**step_event(s, {
             "reward/mean": rng.random(), "reward/pass_rate": rng.random(), "kl": rng.random() / 100,
-            "loss/policy": rng.random() - 0.5, "entropy": 1.1, "tokens_per_s": 800.0, "time/rollout_s": 4.0}}
+            "loss/policy": rng.random() - 0.5, "entropy": 1.1, "tokens_per_s": 800.0, "time/rollout_s": 4.0,
+        }).to_dict(), "time": 1e9 + s}
         metrics.append(StepMetric(run=run, step=s, metrics=step["metrics"], time=step["time"]))
         events = [step] + [trainer_problem_event(rng, s, pid, candidates) for pid in rng.sample(ids, per_step)]
         for e in events:
@@ -294,7 +301,7 @@ def seed_replay_run(name: str, *, steps: int, per_step: int, candidates: int, su
         if len(rows) >= 2000:
             RunEvent.objects.bulk_create(rows)
             rows = []
-    rows.append(RunEvent(run=run, seq=seq, kind="done", payload={"event": "done", "status": "succeeded"}))
+    rows.append(RunEvent(run=run, seq=seq, kind="done", payload=done_event("succeeded").to_dict()))
     RunEvent.objects.bulk_create(rows)
     StepMetric.objects.bulk_create(metrics, batch_size=1000)
     return run, seq + 1, size

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from training.metrics import ZERO_VARIANCE_ATOL
+
 AdvantageFn = Callable[..., torch.Tensor]
 
 
@@ -117,7 +119,7 @@ def turn_advantages(name: str, groups: Sequence[Sequence[Sequence[float]]], gamm
 
 
 def zero_variance_turn_groups(groups: Sequence[Sequence[Sequence[float]]], gamma: float,
-                               atol: float = 1e-8) -> torch.Tensor:
+                               atol: float = ZERO_VARIANCE_ATOL) -> torch.Tensor:
     """``reward.turns: discounted``: groups with no signal, i.e. whose pool of turn returns (as
     ``turn_advantages`` pools them) is one value, so every turn's advantage is zero. Judging by the final
     rewards instead would set aside a group where every trajectory ends up passing, some at once and
@@ -150,7 +152,7 @@ def clip_advantages(advantages: torch.Tensor, clip: float | None) -> torch.Tenso
     return advantages if clip is None else advantages.clamp(-clip, clip)  # (P, K)
 
 
-def zero_variance_groups(rewards: torch.Tensor, atol: float = 1e-8) -> torch.Tensor:
+def zero_variance_groups(rewards: torch.Tensor, atol: float = ZERO_VARIANCE_ATOL) -> torch.Tensor:
     """Groups whose candidates all got the same reward (no signal). rewards: (P, K) -> mask: (P,) bool."""
     _check_groups(rewards)
     return (rewards.max(dim=1).values - rewards.min(dim=1).values) <= atol  # (P,)

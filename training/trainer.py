@@ -54,7 +54,9 @@ from training.config import RunConfig, config_to_dict
 from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
 from training.engines import make_engine
 from training.engines.vllm_server import EngineStartCancelled
-from training.events import EventWriter
+from training import metrics as metric_registry
+from training.events import (EventWriter, Problem, checkpoint_event, done_event, eval_event, problem_event,
+                             start_event, step_event)
 from training.losses import logprob_mismatch, ppo_loss, tis_weights
 from training.policy import (fused_lora, load_policy, sequence_logprobs, shared_prompt_logprobs,
                              shared_prompts_supported)
@@ -112,7 +114,7 @@ def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_
     except BaseException as e:
         if trainer is None or not trainer.done_written:
             message = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
-            events.done("cancelled" if isinstance(e, KeyboardInterrupt) else "failed", message)
+            events.write(done_event("cancelled" if isinstance(e, KeyboardInterrupt) else "failed", message))
         raise
     finally:
         if trainer is not None:
@@ -195,9 +197,6 @@ class Trainer:
         self._engine_step = self.start_step  # the engine starts from the policy the run starts from
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.shared_prompts = shared_prompts_supported(self.model)
-        extra = {"resumed_from": self.resumed_from} if self.resumed_from is not None else {}
-        if self.dropped is not None:
-            extra["dropped"] = self.dropped
         runtime = describe_runtime(self.accelerator.unwrap_model(self.model), dtype=cfg.model.dtype,
                                    device=self.accelerator.device)
         try:
@@ -206,8 +205,8 @@ class Trainer:
             self._done("cancelled", "cancelled while the generation engine was starting")
             return "cancelled"
         runtime["engine"] = self.engine.describe()
-        self.events.start(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps, runtime=runtime,
-                          **extra)
+        self.events.write(start_event(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps,
+                                      runtime=runtime, resumed_from=self.resumed_from, dropped=self.dropped))
         if self.runner is None:
             from sandbox.remote import make_runner  # the replicas of sandbox.endpoints, else the local pool
 
@@ -228,9 +227,9 @@ class Trainer:
                 return self._cancel(last_done)
             metrics, problem_events = record
             last_done = step
-            self.events.step(step, metrics)
+            self.events.write(step_event(step, metrics))
             for pe in problem_events:
-                self.events.problem(step, **pe)
+                self.events.write(pe)
             self._progress(step, steps, started, metrics)
             if step < steps:
                 if cfg.train.eval_every and step % cfg.train.eval_every == 0:
@@ -244,7 +243,7 @@ class Trainer:
         self._done("succeeded")
         return "succeeded"
 
-    def run_step(self, step: int) -> tuple[dict, list[dict]] | None:
+    def run_step(self, step: int) -> tuple[dict, list[Problem]] | None:
         cfg, acc = self.config, self.accelerator
         t_step = time.monotonic()
         picked = pick_problems(len(self.train_problems), cfg.sampling.problems_per_step, step, cfg.train.seed)
@@ -328,15 +327,15 @@ class Trainer:
             metrics.update({"rollout/staleness": float(step - 1 - sampled_at), "time/wait_s": wait_s})
             if sync_s is not None:
                 metrics["time/sync_s"] = sync_s
-        problem_events = _problem_events(sampled, zero_var)
         if drawn is not None:
             metrics.update(drawn.metrics())
-            for pe, ref in zip(problem_events, drawn.groups):
-                pe.update({"round": ref.round, "used": ref.set_aside is None}
-                          | ({"set_aside": ref.set_aside} if ref.set_aside else {}))
+            fates = [{"round": ref.round, "used": ref.set_aside is None, "set_aside": ref.set_aside}
+                     for ref in drawn.groups]
         elif cfg.ppo.drop_zero_variance_groups:
-            for pe in problem_events:
-                pe.update({"used": False, "set_aside": ZERO_VARIANCE} if pe["zero_variance"] else {"used": True})
+            fates = [{"used": not z, "set_aside": ZERO_VARIANCE if z else None} for z in zero_var.tolist()]
+        else:
+            fates = None
+        problem_events = _problem_events(step, sampled, zero_var, fates)
         if acc.num_processes > 1:
             metrics, problem_events = _gather(acc, metrics, problem_events)
         return metrics, problem_events
@@ -570,10 +569,8 @@ class Trainer:
                               ks=list(range(1, n + 1)), runner=self.runner, record=True,
                               reward=self.config.reward, timeout_s=self.config.sandbox.timeout_s,
                               feedback=self.config.feedback)
-            extra = {"per_problem": report["per_problem"]} if "per_problem" in report else {}
-            if "pass@1/turn1" in report:
-                extra["pass@1/turn1"] = report["pass@1/turn1"]
-            self.events.eval(step, "heldout", report["pass@1"], report.get("pass@k", {}), **extra)
+            extra = {"per_problem": report.get("per_problem"), "pass_at_1_turn1": report.get("pass@1/turn1")}
+            self.events.write(eval_event(step, "heldout", report["pass@1"], report.get("pass@k", {}), **extra))
         self.accelerator.wait_for_everyone()
 
     def save(self, step: int) -> None:
@@ -583,14 +580,14 @@ class Trainer:
             self.out_dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
             config_to_dict(self.config), is_lora=self.policy.is_lora, accelerator=self.accelerator)
         self._checkpointed.add(step)
-        self.events.checkpoint(step, path.relative_to(self.out_dir).as_posix(), kind)
+        self.events.write(checkpoint_event(step, path.relative_to(self.out_dir).as_posix(), kind))
 
     def save_merged(self, step: int) -> None:
         """Merge the adapter into the base weights (in place: the run is over) and write them."""
         if self.accelerator.is_main_process:
             merged = ckpt.merge_lora(self.accelerator.unwrap_model(self.model))
             out = ckpt.save_merged(merged, self.tokenizer, self.out_dir / ckpt.CHECKPOINTS_DIR / ckpt.MERGED_DIR)
-            self.events.checkpoint(step, out.relative_to(self.out_dir).as_posix(), "merged")
+            self.events.write(checkpoint_event(step, out.relative_to(self.out_dir).as_posix(), "merged"))
         self.accelerator.wait_for_everyone()
 
     def close(self) -> None:
@@ -610,13 +607,14 @@ class Trainer:
         if last_done not in self._checkpointed:
             self.save(last_done)
         else:  # the checkpoint exists already (resume point or cadence): point at it again
-            self.events.checkpoint(last_done, ckpt.checkpoint_dir(self.out_dir, last_done)
-                                   .relative_to(self.out_dir).as_posix(), "adapter" if self.policy.is_lora else "full")
+            self.events.write(checkpoint_event(last_done, ckpt.checkpoint_dir(self.out_dir, last_done)
+                                               .relative_to(self.out_dir).as_posix(),
+                                               "adapter" if self.policy.is_lora else "full"))
         self._done("cancelled")
         return "cancelled"
 
     def _done(self, status: str, error: str | None = None) -> None:
-        self.events.done(status, error)
+        self.events.write(done_event(status, error))
         self.done_written = True
 
     def _stop_requested(self) -> bool:
@@ -839,34 +837,29 @@ def _rollout_metrics(rollout: Rollout, zero_var: torch.Tensor) -> dict[str, floa
     return metrics
 
 
-def _problem_events(rollout: Rollout, zero_var: torch.Tensor) -> list[dict]:
+def _problem_events(step: int, rollout: Rollout, zero_var: torch.Tensor,
+                    fates: list[dict] | None = None) -> list[Problem]:
+    """One ``problem`` event per group; ``fates``: per group, whether the update used it (``used``,
+    ``set_aside``, and with dynamic sampling ``round``), when groups can be left out."""
     out = []
     for g, problem in enumerate(rollout.problems):
         group = [c for c in rollout.candidates if c.group == g]
-        out.append({"problem_id": problem.id, "pass_rate": sum(c.passed for c in group) / max(len(group), 1),
-                    "zero_variance": bool(zero_var[g]), "candidates": [c.event_dict() for c in group]})
-        if any(c.turns is not None for c in group):  # multi-turn: the share passing at their first turn too
-            out[-1]["pass_rate_turn1"] = sum(c.passed_first_turn for c in group) / max(len(group), 1)
+        n = max(len(group), 1)
+        # multi-turn: the share passing at their first turn too
+        turn1 = sum(c.passed_first_turn for c in group) / n if any(c.turns is not None for c in group) else None
+        out.append(problem_event(step, problem.id, sum(c.passed for c in group) / n, [c.event_dict() for c in group],
+                                 zero_variance=bool(zero_var[g]), solve_rate_turn1=turn1, **(fates[g] if fates else {})))
     return out
 
 
-def _gather(acc: Any, metrics: dict, problem_events: list[dict]) -> tuple[dict, list[dict]]:
+def _gather(acc: Any, metrics: dict, problem_events: list[Problem]) -> tuple[dict, list[Problem]]:
+    """The step's metrics and problem events of every process, on every process: each metric combined
+    as training/metrics.py says (``metric_registry.combine``)."""
     from accelerate.utils import gather_object
 
     all_metrics = gather_object([metrics])
     all_events = gather_object(problem_events)
-    total = sum(m.get("candidates", 1) for m in all_metrics) or 1
-    merged: dict[str, float] = {}
-    for key in metrics:
-        if key in ("zero_variance_groups", "candidates") or key.startswith("flags/"):
-            merged[key] = sum(m.get(key, 0) for m in all_metrics)
-        elif key.startswith("time/") or key in ("lr", "kl_coef", "completion_len/max", "rollout/logprob_diff_max"):
-            merged[key] = max(m.get(key, 0.0) for m in all_metrics)
-        elif key == "tokens_per_s":
-            merged[key] = sum(m.get(key, 0.0) for m in all_metrics)
-        else:  # candidate-weighted mean
-            merged[key] = sum(m.get(key, 0.0) * m.get("candidates", 1) for m in all_metrics) / total
-    return merged, all_events
+    return metric_registry.combine(all_metrics), all_events
 
 
 def _make_accelerator() -> Any:

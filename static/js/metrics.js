@@ -1,36 +1,35 @@
-// Names of the trainer's metric keys as people read them, shared by the run page and compare.
-// The keys themselves (docs/design.md "Training run events") stay the contract; these are only how the pages show them.
+// The registry of step metrics (training/metrics.py), which the page embeds as JSON
+// (<script id="metric-registry">): each key's label, its name inside its charts (legend), unit and
+// charts, and the charts themselves. The pages name metrics only through it; a key it does not define
+// (a trainer older or newer than this page) is shown as the key.
 var CrucibleMetrics = (function () {
   "use strict";
-  var NAMES = {
-    "reward/mean": "reward: total (weighted)", "reward/std": "reward: standard deviation",
-    "reward/pass_rate": "reward: tests passed (train)", "pass@1/train": "train pass@1 (all tests pass)",
-    "kl": "KL to the reference model", "clip_frac": "clip fraction", "entropy": "policy entropy",
-    "grad_norm": "gradient norm", "lr": "learning rate", "tokens_per_s": "generated tokens/s",
-    "time/step_s": "time: whole step (s)", "rollout/mismatch_kl": "sampler vs trainer: mismatch KL",
-    "rollout/logprob_diff_max": "sampler vs trainer: largest |log-prob difference|",
-    "rollout/truncated_frac": "truncated replies (hit max_new_tokens)",
-    "completion_len/max": "completion length: longest", "completion_len/mean": "completion length: mean",
-    "rollout/staleness": "sampler's policy: updates behind the trainer's",
-    "time/wait_s": "time: waiting for the rollout sampled ahead (s)",
-  };
-  var PREFIXES = [["reward/", "reward: "], ["loss/", "loss: "], ["time/", "time: "], ["flags/", "flagged: "],
-                  ["sampling/", "sampling: "], ["rollout/", "rollout: "], ["completion_len/", "completion length: "]];
+  var el = document.getElementById("metric-registry");
+  var registry = el ? JSON.parse(el.textContent) : {metrics: [], charts: []};
+  var exact = new Map(), families = [];
+  registry.metrics.forEach(function (m) { if (m.prefix) families.push(m); else exact.set(m.key, m); });
 
-  function label(key) {
-    if (NAMES[key]) return NAMES[key];
-    for (var i = 0; i < PREFIXES.length; i++) {
-      var p = PREFIXES[i];
-      if (key.indexOf(p[0]) === 0) {
-        var rest = key.slice(p[0].length);
-        var seconds = p[0] === "time/" && /_s$/.test(rest);
-        return p[1] + rest.replace(/_s$/, seconds ? "" : "_s").replace(/_/g, " ") + (seconds ? " (s)" : "");
-      }
+  // -> {metric, name} (name: what a family's placeholder matched, e.g. "broad_except" of flags/<flag>) or null
+  function find(key) {
+    if (exact.has(key)) return {metric: exact.get(key), name: ""};
+    for (var i = 0; i < families.length; i++) {
+      var rest = key.slice(families[i].prefix.length);
+      if (key.indexOf(families[i].prefix) === 0 && /^[A-Za-z0-9_]+$/.test(rest)) return {metric: families[i], name: rest};
     }
-    return key.replace(/_/g, " ");
+    return null;
   }
 
-  return {label: label};
+  function named(key, field) {
+    var found = find(key);
+    return found ? found.metric[field].replace("{name}", found.name) : key;
+  }
+
+  return {
+    label: function (key) { return named(key, "label"); },    // on its own (the compare picker)
+    legend: function (key) { return named(key, "legend"); },  // inside its chart
+    charts: function (key) { var found = find(key); return found ? found.metric.charts : []; },
+    chartList: registry.charts,
+  };
 })();
 
 // Chart habits of W&B and TensorBoard users, shared by the run page and compare: EMA smoothing,

@@ -17,66 +17,39 @@
   state.problems.forEach(function (p) { problems.set(p.problem_id, p); });
 
   // ---- charts ------------------------------------------------------------------------------------
-  // label: legend name for a metric key; y: axis title and tick format; total: the key drawn thicker.
-  var CHARTS = [
-    {id: "chart-reward", title: "Reward: total and each dimension", y: {title: {text: "mean reward"}},
-     keys: function (k) { return k.indexOf("reward/") === 0 && k !== "reward/std" && !/^reward\/turn\d+$/.test(k); },
-     total: "reward/mean",
-     label: function (k) { return k === "reward/mean" ? "total (weighted)" : k.slice(7).replace(/_/g, " "); }},
-    {id: "chart-pass", title: "Pass rate (train rollouts, held-out eval)", evals: true,
-     y: {title: {text: "pass rate"}, tickformat: ".0%", range: [0, 1.02]},
-     keys: function (k) { return k === "pass@1/train" || k === "reward/pass_rate"; },
-     label: function (k) { return k === "pass@1/train" ? "train: all tests pass" : "train: tests passed"; }},
+  // The charts, the metrics each draws and their names come from the registry of step metrics
+  // (training/metrics.py, embedded for CrucibleMetrics). Here only how a chart reads beyond that: its
+  // y axis by the registry's scale, and what some draw besides their metrics (held-out evaluations, a
+  // reference line, a warning threshold).
+  var SCALES = {
+    share: {tickformat: ".0%", range: [0, 1.02]}, percent: {tickformat: ".0%", rangemode: "tozero"},
+    unit: {range: [0, 1.02]}, zero: {rangemode: "tozero"}, count: {rangemode: "tozero", tickformat: "d"},
+    log: {type: "log", exponentformat: "power"}, linear: {},
+  };
+  var BEHAVIOUR = {
+    pass: {evals: true},
     // Multi-turn repair (sampling.turns > 1; the chart exists only on such runs' pages).
-    {id: "chart-repair", title: "Repair: first turn vs after every turn", evals: true, evalKey: "pass@1/turn1",
-     y: {title: {text: "share / mean reward"}, range: [0, 1.02]},
-     keys: function (k) { return k === "pass@1/turn1" || k === "pass@1/final" || k === "repair/rate" || /^reward\/turn\d+$/.test(k); },
-     label: function (k) {
-       return {"pass@1/turn1": "train: pass at turn 1", "pass@1/final": "train: pass by the last turn",
-               "repair/rate": "repaired (of those failing turn 1)"}[k] || "reward of turn " + k.slice(11);
-     }},
-    {id: "chart-kl", title: "KL to the reference model", y: {title: {text: "KL (nats/token)"}, rangemode: "tozero"},
-     keys: function (k) { return k === "kl"; }, label: function () { return "KL"; }},
-    {id: "chart-loss", title: "Loss: policy and KL terms", y: {title: {text: "loss"}},
-     keys: function (k) { return k.indexOf("loss/") === 0; }, label: function (k) { return k.slice(5) + " loss"; }},
-    {id: "chart-clip", title: "Clip fraction", y: {title: {text: "tokens clipped"}, tickformat: ".0%", rangemode: "tozero"},
-     keys: function (k) { return k === "clip_frac"; }, label: function () { return "clip fraction"; }},
-    {id: "chart-entropy", title: "Policy entropy", y: {title: {text: "nats/token"}},
-     keys: function (k) { return k === "entropy"; }, label: function () { return "entropy"; }},
-    {id: "chart-tokens", title: "Generation throughput", y: {title: {text: "tokens/s"}, rangemode: "tozero"},
-     keys: function (k) { return k === "tokens_per_s"; }, label: function () { return "generated tokens/s"; }},
-    // Phases may overlap (docs/design.md "Training run events"), so they are lines, not a stack.
-    {id: "chart-time", title: "Time per step, by phase", y: {title: {text: "seconds"}, rangemode: "tozero"},
-     keys: function (k) { return k.indexOf("time/") === 0; }, total: "time/step_s",
-     label: function (k) { return k === "time/step_s" ? "whole step" : k.slice(5).replace(/_s$/, ""); }},
+    repair: {evals: true, evalKey: "pass@1/turn1"},
     // Same weights, two code paths: ~0 when they agree, so a log axis shows both noise and trouble.
-    {id: "chart-mismatch", title: "Sampler vs trainer log-probs (same weights)",
-     y: {title: {text: "nats (log scale)"}, type: "log", exponentformat: "power"}, threshold: state.mismatch_kl_threshold,
-     keys: function (k) { return k === "rollout/mismatch_kl" || k === "rollout/logprob_diff_max"; }, positive: true,
-     label: function (k) { return k === "rollout/mismatch_kl" ? "mismatch KL (mean per token)" : "largest |log-prob difference|"; }},
-    {id: "chart-truncated", title: "Truncated replies (hit max_new_tokens)",
-     y: {title: {text: "share of candidates"}, tickformat: ".0%", range: [0, 1.02]},
-     keys: function (k) { return k === "rollout/truncated_frac"; }, label: function () { return "truncated"; }},
-    {id: "chart-length", title: "Completion length", y: {title: {text: "tokens"}, rangemode: "tozero"},
-     keys: function (k) { return k.indexOf("completion_len/") === 0; },
-     label: function (k) { return k === "completion_len/max" ? "longest" : k === "completion_len/mean" ? "mean" : k.slice(15); }},
+    mismatch: {threshold: state.mismatch_kl_threshold, positive: true},
     // Where the learning signal comes from: groups whose candidates differ in reward. With dynamic
     // sampling (sampling/*) the step draws more problems until problems_per_step groups are informative.
     // Without dynamic sampling the trainer reports only zero_variance_groups: every step samples and
     // uses problems_per_step groups, drawn as a dashed reference so the one measured line reads against it.
-    {id: "chart-groups", title: "Groups per step: sampled, used, zero-variance",
-     y: {title: {text: "groups per step"}, rangemode: "tozero", tickformat: "d"}, total: "sampling/groups_kept",
-     reference: function (keys) {
-       var n = (state.config_facts || {}).problems_per_step;
-       if ((state.config_facts || {}).dynamic || keys.some(function (k) { return k.indexOf("sampling/") === 0; }) || !n) return null;
-       return {value: n, name: "sampled = used: " + n + " (no dynamic sampling)"};
-     },
-     keys: function (k) { return k.indexOf("sampling/") === 0 || k === "zero_variance_groups"; },
-     label: function (k) {
-       return {"sampling/groups_sampled": "sampled (every round)", "sampling/groups_kept": "used by the update",
-               "sampling/rounds": "sampling rounds", "zero_variance_groups": "zero variance (no signal)"}[k] || CrucibleMetrics.label(k);
-     }},
-  ];
+    groups: {reference: function (keys) {
+      var n = (state.config_facts || {}).problems_per_step;
+      if ((state.config_facts || {}).dynamic || keys.some(function (k) { return k.indexOf("sampling/") === 0; }) || !n) return null;
+      return {value: n, name: "sampled = used: " + n + " (no dynamic sampling)"};
+    }},
+  };
+  var CHARTS = CrucibleMetrics.chartList.map(function (c) {
+    return Object.assign({
+      id: "chart-" + c.name, title: c.title, total: c.total,
+      y: Object.assign({title: {text: c.axis}}, SCALES[c.scale] || {}),
+      keys: function (k) { return CrucibleMetrics.charts(k).indexOf(c.name) >= 0; },
+      label: CrucibleMetrics.legend,
+    }, BEHAVIOUR[c.name] || {});
+  });
   // The legend sits under the x-axis title, with room for two rows of entries.
   var LAYOUT = {margin: {l: 56, r: 12, t: 34, b: 78}, font: {size: 11},
                 legend: {orientation: "h", x: 0, y: -0.3, yanchor: "top", font: {size: 10}},
@@ -647,10 +620,10 @@
         break;
       case "problem": {
         var p = problems.get(ev.problem_id) || {problem_id: ev.problem_id, split: "train", history: [], zero_variance_groups: 0};
-        p.history = p.history.filter(function (h) { return h[0] !== ev.step; }).concat([[ev.step, ev.pass_rate]])
+        p.history = p.history.filter(function (h) { return h[0] !== ev.step; }).concat([[ev.step, ev.solve_rate]])
           .sort(function (a, b) { return a[0] - b[0]; });
         p.pass_rate = p.history[p.history.length - 1][1];
-        if (p.history[p.history.length - 1][0] === ev.step) p.pass_rate_turn1 = ev.pass_rate_turn1;
+        if (p.history[p.history.length - 1][0] === ev.step) p.pass_rate_turn1 = ev.solve_rate_turn1;
         if (ev.zero_variance) p.zero_variance_groups += 1;
         problems.set(ev.problem_id, p);
         (ev.candidates || []).forEach(function (c) {

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tests.training.conftest import PROBLEMS, tiny_run_config
-from training.events import read_events
+from training import metrics as metric_registry
+from training.events import parse_event, read_events
 from training.trainer import StopSignal, Trainer, train
 
 DESIGN_METRICS = {"reward/mean", "reward/pass_rate", "reward/syntax", "reward/efficiency", "reward/conciseness",
@@ -71,13 +72,18 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
             assert cand["code"].startswith("def mul(a, b):\n")
             assert set(cand["rewards"]) == {"pass_rate", "syntax", "efficiency", "conciseness", "format"}
             assert cand["result"]["tests_total"] == 2 and "stderr" in cand["result"] and "flags" in cand["result"]
+    assert [type(parse_event(e)).__name__.lower() for e in events] == kinds  # each line follows its definition
     step = events[2]
     assert step["step"] == 1 and DESIGN_METRICS <= set(step["metrics"])
+    for e in events:  # every key the trainer emits is defined once, in training/metrics.py
+        assert metric_registry.unknown_keys(e.get("metrics", {})) == []
     assert step["metrics"]["clip_frac"] == 0.0  # one epoch, one minibatch: ratio exactly 1
     assert step["metrics"]["kl"] == pytest.approx(0.0, abs=1e-6)  # adapters start at zero: policy == reference
     problem = events[3]
     assert problem["step"] == 1 and problem["problem_id"] in {p["id"] for p in PROBLEMS if p["split"] == "train"}
     assert len(problem["candidates"]) == 4
+    assert problem["solve_rate"] == sum(c["result"]["status"] == "passed" for c in problem["candidates"]) / 4
+    assert problem["pass_rate"] == problem["solve_rate"]  # the old name, still written
     for cand in problem["candidates"]:
         assert set(cand) >= {"code", "reward", "rewards", "result", "truncated"}
         assert cand["code"].startswith(next(p["prompt"] for p in PROBLEMS if p["id"] == problem["problem_id"]))

@@ -7,7 +7,8 @@ next, so a connection holds one page however long the run; it is cancelled when 
 Live events that arrive meanwhile are held (at most ``HELD_MAX``; past that they are dropped and read
 from the log instead, where they were stored before they were broadcast) and sent after the replay,
 and the ``seq`` check drops the ones the replay already sent. A replayed ``step`` carries its
-``mismatch_warning`` as a live one does. It never writes to the database.
+``mismatch_warning`` as a live one does. A ``problem`` event stored before ``solve_rate`` was its name
+is sent as ``parse_event`` reads it (with ``solve_rate``), as a live one is. It never writes to the database.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import close_old_connections
 from django.db.models import Max, Q, TextField
 from django.db.models.functions import Cast
+
+from training.events import EventError, parse_event
 
 from webapp.core.groups import run_group
 
@@ -102,6 +105,13 @@ def replay_message(run_id: int, seq: int, kind: str, text: str, config: dict) ->
     """The websocket message of a stored event: its payload plus ``run_id`` and ``seq`` (and for a
     ``step`` its ``mismatch_warning``), as ``run_event`` sends a live one."""
     body = text.strip()
+    if kind == "problem" and '"solve_rate"' not in body:  # stored before the rename: decoded, read as now
+        payload = json.loads(body)
+        try:
+            payload = parse_event(payload).to_dict()
+        except EventError:
+            pass  # stored as written because it never parsed: sent as stored
+        return json.dumps({**payload, "run_id": run_id, "seq": seq})
     if kind == "step" or not (body.startswith("{") and body.endswith("}")):
         payload = json.loads(body)
         return json.dumps({**payload, "run_id": run_id, "seq": seq, **step_message_extras(payload, config)})

@@ -9,7 +9,9 @@
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
   the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
-  ``mismatch_warning``, see ``runtime.step_message_extras``). The stored and broadcast copy of a
+  ``mismatch_warning``, see ``runtime.step_message_extras``). Each line is read with training's
+  ``parse_event`` and stored as its definition writes it (old names read as the new ones); a line that
+  does not parse is stored as written and changes no read model. The stored and broadcast copy of a
   ``problem`` or ``eval`` event is its summary (``event_summary``): candidates live in their rows.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from training import events as run_events
 from training.config import ConfigError, config_from_dict, save_config
 
 from webapp.core.groups import run_group, user_group
@@ -163,6 +166,14 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     """
     event = db_safe(event)  # model-written code and program output may hold NUL characters
     kind = str(event.get("event", ""))
+    parsed = None
+    if kind in run_events.EVENT_KINDS:
+        try:
+            parsed = run_events.parse_event(event)
+        except run_events.EventError as exc:
+            log.warning("run %s: line %s of events.jsonl is stored as written, not applied: %s", run.pk, seq, exc)
+        else:
+            event = parsed.to_dict()  # as its definition writes it: old names read as the new ones
     if kind == "start":
         event = public_start(run, event)
     step = event_step(event)
@@ -173,7 +184,8 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
             else:
                 RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=summarize(event))
                 created = True
-                _apply(run, kind, step, event)  # the whole event: candidates become their rows here
+                if parsed is not None:
+                    _apply(run, parsed)  # the whole event: candidates become their rows here
             updates = {"heartbeat": timezone.now()}
             if offset is not None:
                 updates.update(events_offset=offset, events_seq=seq + 1)
@@ -222,24 +234,22 @@ def public_start(run: Run, event: dict) -> dict:
     return {**event, "config": config, "model": model.get("name_or_path")}
 
 
-def _apply(run: Run, kind: str, step: int | None, event: dict) -> None:
-    if kind == "step" and step is not None:
-        metrics = event.get("metrics") if isinstance(event.get("metrics"), dict) else {}
-        StepMetric.objects.update_or_create(run=run, step=step, defaults={"metrics": metrics,
-                                                                          "time": event.get("time")})
-    elif kind == "problem" and step is not None and event.get("problem_id") is not None:
-        _apply_problem(run, step, event)
-    elif kind == "eval" and step is not None:
-        split = str(event.get("split") or "heldout")
-        Eval.objects.update_or_create(run=run, step=step, split=split, defaults={
-            "pass_at_1": event.get("pass@1"), "pass_at_1_turn1": _number(event.get("pass@1/turn1")),
-            "pass_at_k": event.get("pass@k") or {}, "time": event.get("time")})
-        if isinstance(event.get("per_problem"), dict):
-            _apply_eval_problems(run, step, split, event["per_problem"])
-    elif kind == "checkpoint" and isinstance(event.get("path"), str):
-        path = event["path"]
-        Checkpoint.objects.update_or_create(run=run, path=path, defaults={
-            "step": step or 0, "kind": str(event.get("kind") or "adapter"), "size_bytes": directory_size(run, path)})
+def _apply(run: Run, event: run_events.Event) -> None:
+    """The read models an event changes (``start`` and ``done`` change the run itself, in ``ingest_event``)."""
+    if isinstance(event, run_events.Step):
+        StepMetric.objects.update_or_create(run=run, step=event.step, defaults={"metrics": event.metrics,
+                                                                                "time": event.time})
+    elif isinstance(event, run_events.Problem):
+        _apply_problem(run, event)
+    elif isinstance(event, run_events.Eval):
+        Eval.objects.update_or_create(run=run, step=event.step, split=event.split, defaults={
+            "pass_at_1": event.pass_at_1, "pass_at_1_turn1": event.pass_at_1_turn1,
+            "pass_at_k": event.pass_at_k, "time": event.time})
+        if event.per_problem is not None:
+            _apply_eval_problems(run, event.step, event.split, event.per_problem)
+    elif isinstance(event, run_events.Checkpoint):
+        Checkpoint.objects.update_or_create(run=run, path=event.path, defaults={
+            "step": event.step, "kind": event.kind, "size_bytes": directory_size(run, event.path)})
 
 
 def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> None:
@@ -266,32 +276,28 @@ def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> 
         stat.save(update_fields=["history", "pass_rate", "last_step", "split", "pass_rate_turn1"])
 
 
-def _apply_problem(run: Run, step: int, event: dict) -> None:
-    problem_id = str(event["problem_id"])
-    candidates = event.get("candidates") if isinstance(event.get("candidates"), list) else []
+def _apply_problem(run: Run, event: run_events.Problem) -> None:
+    """A step's group of one problem: its candidates' rows, and the problem's row (its solve rate at the
+    step joins its history; ``zero_variance`` and ``solve_rate`` are the event's, which ``parse_event``
+    derives for an old event that left them out, with training's tolerance)."""
+    step, problem_id = event.step, event.problem_id
     # Left out of the update (dynamic sampling, ppo.drop_zero_variance_groups): the event says why.
-    set_aside = "" if event.get("used", True) is not False else str(event.get("set_aside") or "unused")[:20]
+    set_aside = "" if event.used is not False else (event.set_aside or "unused")[:20]
     # A resumed run repeats the steps after its last checkpoint: the newer record replaces the older.
     Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN, step=step, problem_id=problem_id).delete()
-    rows = _candidate_rows(run, step, problem_id, candidates, Candidate.Phase.TRAIN, set_aside=set_aside)
+    rows = _candidate_rows(run, step, problem_id, event.candidates, Candidate.Phase.TRAIN, set_aside=set_aside)
     Candidate.objects.bulk_create(rows)
-    rewards = [c.reward for c in rows if c.reward is not None]
-    zero_variance = event.get("zero_variance")
-    if zero_variance is None:
-        zero_variance = len(rewards) > 1 and max(rewards) - min(rewards) < 1e-9
-    pass_rate = event.get("pass_rate")
-    if not isinstance(pass_rate, (int, float)):
-        pass_rate = sum(c.passed for c in rows) / len(rows) if rows else 0.0
+    zero_variance, solve_rate = bool(event.zero_variance), event.solve_rate
     stat, _ = ProblemStat.objects.select_for_update().get_or_create(
         run=run, problem_id=problem_id, defaults={"split": problem_splits(run.run_dir).get(problem_id, "train")})
-    history = [h for h in stat.history if h[0] != step] + [[step, float(pass_rate)]]
+    history = [h for h in stat.history if h[0] != step] + [[step, solve_rate]]
     history.sort(key=lambda h: h[0])
     zv = [s for s in stat.zero_variance_steps if s != step] + ([step] if zero_variance else [])
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
     stat.set_aside_steps = sorted([s for s in stat.set_aside_steps if s != step] + ([step] if set_aside else []))
     stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
     if stat.last_step == step:
-        stat.pass_rate_turn1 = _number(event.get("pass_rate_turn1"))
+        stat.pass_rate_turn1 = event.solve_rate_turn1
     stat.save()
 
 

@@ -14,6 +14,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sandbox.flags import FLAGS
+from training import metrics as metric_registry
 from training.config import ConfigError, RewardWeights
 
 from webapp.core.highlight import highlight_python
@@ -186,6 +187,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "run_id": run.pk,
         "integrity": integrity.panel(run),
         "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
+        # the registry of step metrics names the charts and their lines; repair only on multi-turn runs
+        "metric_registry": metric_registry.registry_json(),
+        "charts": [c.name for c in metric_registry.CHARTS if c.name != "repair" or _turns_of(run.config) > 1],
         # "Compare with…": the newest runs this user sees, those on the same problem set first.
         "compare_candidates": sorted(
             Run.objects.visible_to(request.user).exclude(pk=run.pk).only("id", "name", "status", "problem_set_id")[:30],
@@ -431,4 +435,5 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     summary = [rows[r.pk] | {"engine": ((r.config or {}).get("sampling") or {}).get("engine", "hf"),
                              "model": ((r.config or {}).get("model") or {}).get("name_or_path", "")} for r in ordered]
     return render(request, "runs/compare.html", {"runs": ordered, "differing": differing, "summary": summary,
-                                                 "same": len(diff) - len(differing), "series": series})
+                                                 "same": len(diff) - len(differing), "series": series,
+                                                 "metric_registry": metric_registry.registry_json()})

@@ -3,9 +3,9 @@
 The launch tests need a run that a worker picks up and finishes, not training.
 """
 import argparse
-import json
-import time
 from pathlib import Path
+
+from training.events import EventWriter, Start, done_event, step_event
 
 
 def main() -> None:
@@ -15,12 +15,10 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
-    with open(Path(args.out) / "events.jsonl", "a") as events:
-        for event in ({"event": "start", "config": {}, "model": "instant"},
-                      {"event": "step", "step": 1, "metrics": {"reward/mean": 0.5}},
-                      {"event": "done", "status": "succeeded", "error": None}):
-            events.write(json.dumps({**event, "time": time.time()}) + "\n")
-            events.flush()
+    with EventWriter(Path(args.out) / "events.jsonl") as events:
+        for event in (Start(config={}, model="instant", steps=1), step_event(1, {"reward/mean": 0.5}),
+                      done_event("succeeded")):
+            events.write(event)
 
 
 if __name__ == "__main__":

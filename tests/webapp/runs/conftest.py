@@ -1,4 +1,4 @@
-"""Fixtures for runs: a real problem set (W1's importer), run dirs under tmp, event lines as documented."""
+"""Fixtures for runs: a real problem set (W1's importer), run dirs under tmp, event lines made by training.events."""
 from __future__ import annotations
 
 import io
@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from training import events as run_events
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "data" / "demo" / "problems.jsonl"
@@ -74,11 +76,16 @@ def result(status="failed", passed=1, total=2, ran=None, stdout="", stderr=""):
             "isolation": "process", "isolation_features": []}
 
 
+def _line(event) -> dict:
+    """An event (training/events.py) as the trainer's line holds it, stamped now."""
+    return {**event.to_dict(), "time": time.time()}
+
+
 def step_event(step, reward=0.4):
-    return {"event": "step", "step": step, "time": time.time(), "metrics": {
+    return _line(run_events.step_event(step, {
         "reward/mean": reward, "reward/pass_rate": reward - 0.05, "reward/syntax": 0.9, "kl": 0.001 * step,
         "loss/policy": -0.01, "clip_frac": 0.02, "entropy": 1.1, "tokens_per_s": 500.0,
-        "time/rollout_s": 1.0, "time/sandbox_s": 0.3, "time/update_s": 0.5}}
+        "time/rollout_s": 1.0, "time/sandbox_s": 0.3, "time/update_s": 0.5}))
 
 
 def problem_event(step, problem_id="HumanEval/0", statuses=("passed", "failed")):
@@ -89,8 +96,8 @@ def problem_event(step, problem_id="HumanEval/0", statuses=("passed", "failed"))
         cands.append({"code": "def add0(a, b):\n    return a + b\n", "reward": 1.0 if s == "passed" else 0.3,
                       "rewards": {"pass_rate": 1.0 if s == "passed" else 0.5, "syntax": 1.0}, "result": r})
     rate = sum(s == "passed" for s in statuses) / len(statuses)
-    return {"event": "problem", "step": step, "problem_id": problem_id, "pass_rate": rate, "candidates": cands,
-            "time": time.time()}
+    return _line(run_events.problem_event(step, problem_id, rate, cands,
+                                      zero_variance=run_events.zero_variance([c["reward"] for c in cands])))
 
 
 def runtime_block(**changes):
@@ -104,16 +111,13 @@ def runtime_block(**changes):
 
 
 def start_event(**runtime_changes):
-    return {"event": "start", "config": {}, "model": "Qwen/Qwen3.5-9B", "runtime": runtime_block(**runtime_changes),
-            "time": time.time()}
+    return _line(run_events.start_event({}, "Qwen/Qwen3.5-9B", steps=2, runtime=runtime_block(**runtime_changes)))
 
 
 def eval_event(step, p1, per_problem=None):
-    event = {"event": "eval", "step": step, "split": "heldout", "pass@1": p1, "pass@k": {"2": min(1.0, p1 + 0.1)},
-             "time": time.time()}
     if per_problem is not None:  # {problem_id: pass@1}, as the trainer's per_problem
-        event["per_problem"] = {pid: {"n": 4, "c": round(4 * v), "pass@1": v} for pid, v in per_problem.items()}
-    return event
+        per_problem = {pid: {"n": 4, "c": round(4 * v), "pass@1": v} for pid, v in per_problem.items()}
+    return _line(run_events.eval_event(step, "heldout", p1, {"2": min(1.0, p1 + 0.1)}, per_problem=per_problem))
 
 
 def write_events(path: Path, events: list[dict], *, partial: str = "") -> None:
@@ -129,14 +133,13 @@ def full_run_events(run_dir: Path, steps: int = 2) -> list[dict]:
     ckpt.mkdir(parents=True, exist_ok=True)
     (ckpt / "adapter_config.json").write_text(json.dumps({"r": 8}))
     (ckpt / "adapter_model.safetensors").write_bytes(b"\x00" * 4096)
-    events = [{"event": "start", "config": {}, "model": "tiny", "time": time.time()}, eval_event(0, 0.25)]
+    lines = [_line(run_events.Start(config={}, model="tiny", steps=steps)), eval_event(0, 0.25)]
     for s in range(1, steps + 1):
-        events += [step_event(s, 0.3 + 0.1 * s), problem_event(s), problem_event(s, "add-1", ("failed", "failed"))]
-    events += [eval_event(steps, 0.75),
-               {"event": "checkpoint", "step": steps, "path": f"checkpoints/step-{steps}", "kind": "adapter",
-                "time": time.time()},
-               {"event": "done", "status": "succeeded", "error": None, "time": time.time()}]
-    return events
+        lines += [step_event(s, 0.3 + 0.1 * s), problem_event(s), problem_event(s, "add-1", ("failed", "failed"))]
+    lines += [eval_event(steps, 0.75),
+              _line(run_events.checkpoint_event(steps, f"checkpoints/step-{steps}", "adapter")),
+              _line(run_events.done_event("succeeded"))]
+    return lines
 
 
 @pytest.fixture(scope="session")

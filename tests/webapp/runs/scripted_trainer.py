@@ -1,6 +1,7 @@
 """A stand-in for `python -m training run` that the supervisor tests launch to script exit paths.
 
-Reads the same CLI (`run --config C --out D [--resume]`) and writes documented event lines; what it
+Reads the same CLI (`run --config C --out D [--resume]`) and writes its events with training's own
+constructors (training/events.py), as the trainer does; what it
 does next comes from `scripted.json` in the run dir: {"steps": N, "then": "done"|"crash"|"hang",
 "linger_s": S (seconds between the final `done` on SIGTERM and the exit), "save_s": S (seconds the
 checkpoint on SIGTERM takes to save), "starting_s": S (seconds spent "loading the model" before
@@ -15,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from training.events import EventWriter, Start, checkpoint_event, done_event, step_event
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -25,11 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     script = json.loads((out / "scripted.json").read_text())
-    events = open(out / "events.jsonl", "a")
-
-    def emit(**e):
-        events.write(json.dumps({**e, "time": time.time()}) + "\n")
-        events.flush()
+    events = EventWriter(out / "events.jsonl")
 
     def on_term(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the save short
@@ -37,8 +36,8 @@ def main() -> None:
         checkpoint = out / "checkpoints" / "last"
         checkpoint.mkdir(parents=True, exist_ok=True)
         (checkpoint / "adapter_config.json").write_text("{}")
-        emit(event="checkpoint", step=script.get("steps", 0), path="checkpoints/last", kind="adapter")
-        emit(event="done", status="cancelled", error=None)
+        events.write(checkpoint_event(script.get("steps", 0), "checkpoints/last", "adapter"))
+        events.write(done_event("cancelled"))
         time.sleep(script.get("linger_s", 0))  # a trainer may take a moment to exit after its last line
         sys.exit(0)
 
@@ -47,12 +46,12 @@ def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(script["starting_s"])
     signal.signal(signal.SIGTERM, on_term)
-    emit(event="start", config={}, model="scripted", resumed=args.resume)
+    events.write(Start(config={}, model="scripted", steps=script.get("steps", 1)))
     for step in range(1, script.get("steps", 1) + 1):
-        emit(event="step", step=step, metrics={"reward/mean": 0.1 * step})
+        events.write(step_event(step, {"reward/mean": 0.1 * step}))
     then = script.get("then", "done")
     if then == "done":
-        emit(event="done", status="succeeded", error=None)
+        events.write(done_event("succeeded"))
     elif then == "crash":
         print("RuntimeError: CUDA out of memory (scripted)", file=sys.stderr)
         sys.exit(3)

@@ -184,3 +184,33 @@ def test_a_start_event_names_the_model_problems_and_probe_as_the_user_does_not_b
         assert payload["config"]["problems"] == f"problem set {run.problem_set_id}"
         assert payload["config"]["difficulty"] == {"probe": None, "drop_unsolved": True, "drop_solved": False}
         assert payload["runtime"] == {"device": "cpu"} and payload["config"]["ppo"] == run.config["ppo"]
+
+
+def _old_problem_line(step, problem_id, rewards, statuses):
+    """A problem event as trainers wrote it before solve_rate (and before zero_variance was written)."""
+    return {"event": "problem", "step": step, "problem_id": problem_id,
+            "pass_rate": sum(s == "passed" for s in statuses) / len(statuses), "time": 1.0,
+            "candidates": [{"code": "x", "reward": r, "rewards": {}, "result": {"status": s}}
+                           for r, s in zip(rewards, statuses)]}
+
+
+def test_an_old_problem_event_reads_pass_rate_as_solve_rate_and_gets_trainings_zero_variance(run):
+    from training.metrics import ZERO_VARIANCE_ATOL
+
+    write_events(run.path / "events.jsonl", [
+        _old_problem_line(1, "flat", [0.5, 0.5 + ZERO_VARIANCE_ATOL / 2], ("passed", "failed")),
+        _old_problem_line(1, "varied", [0.5, 0.5 + 2 * ZERO_VARIANCE_ATOL], ("failed", "failed"))])
+    follow_all(run)
+    flat, varied = (ProblemStat.objects.get(run=run, problem_id=p) for p in ("flat", "varied"))
+    assert flat.history == [[1, 0.5]] and flat.zero_variance_steps == [1]  # within training's tolerance
+    assert varied.history == [[1, 0.0]] and varied.zero_variance_steps == []
+    stored = RunEvent.objects.get(run=run, seq=0).payload
+    assert stored["solve_rate"] == 0.5 and stored["pass_rate"] == 0.5 and stored["zero_variance"] is True
+
+
+def test_an_event_that_breaks_its_definition_is_stored_as_written_and_changes_nothing(run):
+    write_events(run.path / "events.jsonl", [{"event": "step", "step": "one", "metrics": {}}, step_event(2)])
+    follow_all(run)
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", "kind")) == [(0, "step"), (1, "step")]
+    assert RunEvent.objects.get(run=run, seq=0).payload["step"] == "one"
+    assert list(StepMetric.objects.filter(run=run).values_list("step", flat=True)) == [2]

@@ -1,4 +1,6 @@
 """/ws/runs/<id>/: auth in connect, replay from the stored log, then stream without duplicates."""
+import json
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -103,3 +105,14 @@ async def test_after_seq_resumes_exactly_where_a_dropped_page_left_off():
     assert connected
     assert [(m["seq"], m["problem_id"]) for m in await receive_all(communicator, timeout=0.5)] == [(2, "add-1")]
     await communicator.disconnect()
+
+
+def test_a_problem_event_stored_before_solve_rate_is_replayed_with_it():
+    from webapp.runs.consumers import replay_message
+
+    old = {"event": "problem", "step": 1, "problem_id": "a", "pass_rate": 0.5, "zero_variance": False,
+           "candidates": [{"index": 0, "reward": 1.0, "result": {"status": "passed"}}], "summarized": True}
+    message = json.loads(replay_message(7, 3, "problem", json.dumps(old), {}))
+    assert message == {**old, "solve_rate": 0.5, "run_id": 7, "seq": 3}
+    current = {**old, "solve_rate": 0.5}
+    assert json.loads(replay_message(7, 3, "problem", json.dumps(current), {})) == {**current, "run_id": 7, "seq": 3}
