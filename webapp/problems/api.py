@@ -108,7 +108,7 @@ class FieldError(Schema):
     field: str
 
 
-class Summary(Schema):
+class _Set(Schema):
     id: int
     name: str
     problems: int
@@ -116,19 +116,15 @@ class Summary(Schema):
     created: str
     owner: str
     splits: Splits
+
+
+class Summary(_Set):
     validation: dict
     import_: ImportState = Field(alias="import")
 
 
-class Detail(Schema):
-    id: int
-    name: str
-    problems: int
-    format: str
-    created: str
-    owner: str
+class Detail(_Set):
     source_filename: str
-    splits: Splits
     import_errors: list[LineError]
     validation: Validation
     import_: ImportReport = Field(alias="import")

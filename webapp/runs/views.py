@@ -385,24 +385,24 @@ def _eval_filters(run: Run, evaluations: list[tuple[int, int]], step: int | None
     return out
 
 
-@require_POST
-def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+def _transition(request: HttpRequest, run_id: int, change) -> HttpResponse:
+    """A run page button: `change(run)`, then back to the run page (a refused transition as a message)."""
     run = _run(request, run_id)
     try:
-        services.cancel_run(run)
+        change(run)
     except TransitionError as exc:
         messages.error(request, str(exc))
     return redirect("run-detail", run_id=run.pk)
+
+
+@require_POST
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    return _transition(request, run_id, services.cancel_run)
 
 
 @require_POST
 def run_resume(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _run(request, run_id)
-    try:
-        services.resume_run(run)
-    except TransitionError as exc:
-        messages.error(request, str(exc))
-    return redirect("run-detail", run_id=run.pk)
+    return _transition(request, run_id, services.resume_run)
 
 
 @require_GET
