@@ -7,8 +7,10 @@ temperature 1, no top-k/top-p, no stop strings (both stop only at EOS or 128 tok
 architecture: the hybrid Qwen3.5 with Qwen3.5-9B's 128-wide linear-attention heads (vLLM's CPU
 gated-delta-rule kernel takes no other width) and the dense Qwen3. ``hf``: ``HFEngine`` over the float32
 model, torch on every core; ``vllm``: ``VLLMEngine`` on a server started from the engine environment
-(bfloat16: its CPU kernels need it), its start not timed. One untimed call, then ``--repeats`` timed
-calls; tokens/s = sampled tokens / wall seconds (median call).
+(bfloat16: its CPU kernels need it), its start not timed; ``vllm-lora``: the same server sampling through a
+freshly initialised LoRA adapter (r 8 on every projection, as a run's step 1 samples the policy), which is how
+every training step samples. One untimed call, then ``--repeats`` timed calls; tokens/s = sampled tokens / wall
+seconds (median call).
 
 Step: a whole RL step with each engine (train_step_bench's workload and ``run_ours``: the same 16 x 8 x 128,
 sandbox, LoRA r 8, KL 0.04, one optimizer step; phase threads as the product runs them), one untimed step
@@ -66,7 +68,8 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
     cfg = config_from_dict({"model": {"name_or_path": model_dir},
                             "sampling": {"candidates_per_problem": CANDIDATES, "max_new_tokens": MAX_NEW_TOKENS,
                                          "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop": []}})
-    policy = load_policy(ModelConfig(name_or_path=model_dir, lora=None), kl_coef=0.0)
+    policy = load_policy(cfg.model if engine_name == "vllm-lora" else ModelConfig(name_or_path=model_dir, lora=None),
+                         kl_coef=0.0)
     run_dir = tempfile.mkdtemp(prefix="rollout-bench-")
     engine = (make_engine(cfg, policy.model, policy.tokenizer, run_dir=run_dir) if engine_name == "hf" else
               _vllm(cfg, policy, run_dir))
@@ -84,8 +87,8 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
     wall = statistics.median(c["wall_s"] for c in calls)
     tokens = statistics.median(c["tokens"] for c in calls)
     return {"engine": engine_name, "tokens_per_s": tokens / wall, "wall_s": wall, "tokens": tokens,
-            "threads": torch.get_num_threads() if engine_name == "hf" else os.environ.get("VLLM_CPU_OMP_THREADS_BIND",
-                                                                                          "vLLM default (every core)"),
+            "threads": torch.get_num_threads() if engine_name == "hf" else os.environ.get(
+                "VLLM_CPU_OMP_THREADS_BIND", "vLLM's auto binding (engine on core 0; on 2 cores one left for its front end)"),
             "version": info.get("version"), "dtype": "float32" if engine_name == "hf" else info.get("dtype")}
 
 
@@ -97,10 +100,14 @@ def _vllm(cfg, policy, run_dir):
     from training.config import ModelConfig
 
     vcfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, engine="vllm"))
-    # the base model alone on both sides (no adapter: the same weights the hf side samples)
+    # the base model on the server; a PEFT policy (vllm-lora) has its adapter loaded and sampled through
     return make_engine(vcfg, policy.model, policy.tokenizer, run_dir=run_dir, max_prompt_tokens=256,
                        model_config=ModelConfig(name_or_path=cfg.model.name_or_path, lora=None))
 
+
+GEN_ROWS = ("hf", "vllm", "vllm-lora")
+"""The generation rows: our loop and vLLM on the base weights (the same work), and vLLM sampling through a LoRA
+adapter, as a training step does."""
 
 STEP_ROWS = ("hf", "vllm", "vllm-ahead")
 """The step rows: each engine sampling the policy just updated, and vLLM with ``sampling.staleness: 1``
@@ -143,15 +150,25 @@ def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float
                   "qwen3": "Qwen3ForCausalLM (dense)"}
     for arch, rows in gen.items():
         hf = rows["hf"]["tokens_per_s"]
-        for name in ("hf", "vllm"):
-            r = rows[name]
-            engine = "hf (our loop)" if name == "hf" else f"vLLM {r.get('version')} (server)"
+        for name in GEN_ROWS:
+            r = rows.get(name)
+            if r is None:
+                continue
+            engine = {"hf": "hf (our loop)", "vllm": f"vLLM {r.get('version')} (server)",
+                      "vllm-lora": f"vLLM {r.get('version')} (server), through a LoRA adapter"}[name]
             lines.append(f"| {arch_names[arch]} | {engine} | {r['dtype']} | {r['threads']} | "
                          f"{r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / hf:.2f}x |")
     if "qwen3_5" in gen:
         ratio = gen["qwen3_5"]["vllm"]["tokens_per_s"] / gen["qwen3_5"]["hf"]["tokens_per_s"]
         lines += ["", f"Target on the tiny Qwen3.5: vLLM >= {GEN_TARGET:.0f}x our loop's tokens/s. Measured "
                       f"**{ratio:.2f}x**: {'met' if ratio >= GEN_TARGET else 'not met'}."]
+        lora = gen["qwen3_5"].get("vllm-lora")
+        if lora:
+            q = gen["qwen3_5"]
+            lines[-1] += (f" Through a LoRA adapter, as every training step samples, vLLM runs at "
+                          f"{lora['tokens_per_s'] / q['vllm']['tokens_per_s']:.0%} of its base speed here "
+                          f"({lora['tokens_per_s'] / q['hf']['tokens_per_s']:.2f}x our loop on the base weights): "
+                          "the CPU build's LoRA path is what the step rows below pay.")
     if steps:
         lines += ["", f"Whole RL step (train_step_bench's workload, sandbox and update included; median of "
                       f"{args.steps} timed steps after one):", "",
@@ -191,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     ap.add_argument("--child", choices=("generation", "step"), help=argparse.SUPPRESS)
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--engine", choices=("hf", "vllm", "vllm-ahead"), help=argparse.SUPPRESS)
+    ap.add_argument("--engine", choices=("hf", "vllm", "vllm-lora", "vllm-ahead"), help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -209,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rollout-bench-models-") as tmp:
         for arch in args.arch:
             model = build_model(Path(tmp) / arch, arch)
-            gen[arch] = {e: _child("generation", model, e, args.repeats) for e in ("hf", "vllm")}
+            gen[arch] = {e: _child("generation", model, e, args.repeats) for e in GEN_ROWS}
             if not args.no_step:
                 steps[arch] = {e: _child("step", model, e, args.steps) for e in STEP_ROWS}
     text = markdown(gen, steps, args, (load0, os.getloadavg()[0]))
