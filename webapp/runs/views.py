@@ -25,7 +25,7 @@ from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
 from .config import default_config, merge_config
 from .forms import RunForm, flatten, set_warnings
-from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError
+from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError, status_groups
 from .presets import get_preset, presets
 from .trajectory import turn_views
 
@@ -41,7 +41,7 @@ def _run(request: HttpRequest, run_id: int) -> Run:
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.visible_to(request.user).select_related("problem_set", "owner").order_by("-created")
-    return render(request, "runs/list.html", {"rows": queries.experiment_rows(runs)})
+    return render(request, "runs/list.html", {"rows": queries.experiment_rows(runs), "run_statuses": status_groups()})
 
 
 @require_POST
@@ -173,7 +173,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started),
                                              "queue": queries.queue(run)},
         "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
-        "last_seq": -1 if last_seq is None else last_seq,
+        "outcomes": queries.outcome_rows(), "last_seq": -1 if last_seq is None else last_seq,
         "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN, "config_facts": _config_facts(run.config),
         "mismatch_warning": latest and runtime.mismatch_warning(latest[1], latest[0],
                                                                 tis_cap=runtime.tis_cap_of(run.config)),
@@ -188,7 +188,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "integrity": integrity.panel(run),
         "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
         # the registry of step metrics names the charts and their lines; repair only on multi-turn runs
-        "metric_registry": metric_registry.registry_json(),
+        "metric_registry": metric_registry.registry_json(), "run_statuses": status_groups(),
         "charts": [c.name for c in metric_registry.CHARTS if c.name != "repair" or _turns_of(run.config) > 1],
         # "Compare with…": the newest runs this user sees, those on the same problem set first.
         "compare_candidates": sorted(
