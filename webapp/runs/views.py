@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -20,11 +20,12 @@ from training.config import ConfigError, RewardWeights
 from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
 from webapp.core.text import name_problem, text_problem
+from webapp.problems.models import ProblemSet
 
 from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
 from .config import default_config, merge_config
-from .forms import RunForm, flatten, set_warnings
+from .forms import RunForm, flatten, set_warnings, sets_issues
 from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError, status_groups
 from .presets import get_preset, presets
 from .trajectory import turn_views
@@ -118,12 +119,29 @@ def run_new(request: HttpRequest) -> HttpResponse:
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
                      "values": flatten(merge_config(default_config(), p["config"]))}
                     for p in presets() + ([preset] if clone else [])]
-    # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
-    set_facts = {ps.pk: {"name": ps.name, "train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
-                 for ps in form.fields["problem_set"].queryset}
+    # What each set lacks (forms.set_warnings), for the launch bar to say before Launch is pressed (the
+    # server asks again): at the form's problems_per_step and at each preset's, so that a preset click
+    # answers at once; any other value the page asks of GET /runs/new/set-issues.
+    sets = list(form.fields["problem_set"].queryset)
+    steps = {int_param(str(form["sampling.problems_per_step"].value()))}
+    steps |= {p["values"].get("sampling.problems_per_step") for p in flat_presets}
+    set_facts = {"names": {ps.pk: ps.name for ps in sets},
+                 "issues": {"" if n is None else str(n): sets_issues(sets, n)
+                            for n in steps if n is None or isinstance(n, int)}}
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
                                              "launch_warnings": warnings, "warnings_digest": _digest(warnings),
                                              "set_facts": set_facts})
+
+
+@require_GET
+def run_new_set_issues(request: HttpRequest) -> JsonResponse:
+    """JSON for the new-run form: ``{problems_per_step, sets: {id: [short warnings]}}`` for the user's sets
+    at ``?problems_per_step=N`` (``forms.set_warnings``, as the form's submit asks it)."""
+    per_step = int_param(request.GET.get("problems_per_step") or "")
+    if per_step is not None and per_step < 1:
+        per_step = None
+    sets = ProblemSet.objects.visible_to(request.user)
+    return JsonResponse({"problems_per_step": per_step, "sets": sets_issues(sets, per_step)})
 
 
 def _weight_params(request: HttpRequest) -> dict[str, float]:
