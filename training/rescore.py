@@ -234,10 +234,10 @@ def rescore(candidates: Iterable[StoredCandidate], before: RewardSettings, weigh
                                                   "sign_flip"}]}]}],          # ``top``; turns: multi-turn only
          "summary": {"candidates", "groups", "sign_flips", "rank_corr"}}
 
-    A turn's ``reward`` is its own total, its ``return`` and ``advantage`` what its tokens were trained
-    with (``reward.turns: final``: the trajectory's). A candidate's ``rank_<side>`` is its place in its
-    group by its own ``reward_<side>`` (1 = best, ties share their mean rank). Problems are ordered by their mean rank correlation
-    (lowest first), then by sign flips. A group of fewer than 2 candidates has no advantage (as in
+    A turn's ``reward`` is its own total, its ``return`` and ``advantage`` what its tokens were trained with
+    (``reward.turns: final``: the trajectory's). A candidate's ``rank_<side>`` is its place in its group by its
+    own ``reward_<side>`` (1 = best, ties share their mean rank). Problems are ordered by their mean rank
+    correlation (lowest first), then by sign flips. A group of fewer than 2 candidates has no advantage (as in
     training) and is left out.
     """
     after = dataclasses.replace(before, weights=R.weights_dict(weights))

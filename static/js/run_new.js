@@ -1,7 +1,7 @@
 // New-run form: presets fill every field, and move off a problem set they cannot use well (as the
-// server judges it) to the newest one they can; a switched-off section (use lora) greys out its fields; the sticky launch bar
-// says what differs from the chosen preset; out-of-range numbers are refused here, with the server's
-// wording, before the form is sent.
+// server judges it) to the newest one they can; a switched-off section (use lora) greys out its
+// fields; the sticky launch bar says what differs from the chosen preset; out-of-range numbers are
+// refused here, with the server's wording, before the form is sent.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");

@@ -306,8 +306,8 @@ def finish_lost_run(run: Run, reason: str) -> bool:
     checkpoint = run.checkpoints.order_by("-step").first()
     saved = f"its last checkpoint is step {checkpoint.step}" if checkpoint else "it saved no checkpoint"
     if run.auto_resume:
-        return services.finish_run(run, Run.Status.FAILED, f"{reason}; {saved}. The run resumes automatically from there "
-                                                   "when a gpu worker is back.")
+        return services.finish_run(run, Run.Status.FAILED, f"{reason}; {saved}. The run resumes automatically "
+                                                           "from there when a gpu worker is back.")
     tail = stderr_tail(run) if run.run_dir else ""
     return services.finish_run(run, Run.Status.FAILED, f"{reason}; {saved}, and resume continues from there"
                                + (f"\nlast trainer stderr:\n{tail}" if tail else ""))
