@@ -21,6 +21,24 @@ class Outcome(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def label(self) -> str:
+        """How a person reads it (judge0's words): ``failed`` is a wrong answer."""
+        return _LABELS[self]
+
+    @property
+    def infrastructure(self) -> bool:
+        """The limit or signal that ended it is the sandbox's or the machine's doing, not the candidate's
+        own failure (a memory or output cap, a kill from outside)."""
+        return self in (Outcome.MEMORY, Outcome.OUTPUT_LIMIT, Outcome.KILLED)
+
+
+_LABELS = {
+    Outcome.PASSED: "passed", Outcome.FAILED: "wrong answer", Outcome.ERROR: "runtime error",
+    Outcome.SYNTAX_ERROR: "syntax error", Outcome.TIMEOUT: "timeout", Outcome.MEMORY: "memory limit",
+    Outcome.OUTPUT_LIMIT: "output limit", Outcome.KILLED: "killed",
+}
+
 
 @dataclass
 class TestResult:

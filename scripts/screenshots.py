@@ -31,7 +31,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 VIEWPORT = {"width": 1280, "height": 800}
 DEMO_SET = "Demo problems"  # what `make run` loads (manage.py load_demo)
-FINISHED = ("succeeded", "failed", "cancelled")
+sys.path.insert(0, str(ROOT))
+from training.events import DONE_STATUSES as FINISHED  # noqa: E402 (the trainer owns the final statuses)
 
 
 def admin_password(data_dir: Path) -> str | None:
@@ -105,7 +106,7 @@ def wait_for_runs(page, url: str, run_ids: list[int], timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"screenshots: the runs did not finish within {timeout_s:.0f} s ({progress})")
         time.sleep(2)
-    failed = [r for r in runs if r["status"] != "succeeded"]
+    failed = [r for r in runs if r["status"] != "succeeded"]  # a run that did not succeed has no pictures
     if failed:
         raise SystemExit(f"screenshots: run #{failed[0]['id']} {failed[0]['status']}: {failed[0]['error']}")
 

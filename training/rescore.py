@@ -228,14 +228,16 @@ def rescore(candidates: Iterable[StoredCandidate], before: RewardSettings, weigh
          "problems": [{"problem_id", "rank_corr", "sign_flips", "groups",
                        "candidates": [{"step", "index", "reward_before", "reward_after",
                                        "advantage_before", "advantage_after", "sign_flip",
+                                       "rank_before", "rank_after",
                                        "turns": [{"reward_before", "reward_after", "return_before",
                                                   "return_after", "advantage_before", "advantage_after",
                                                   "sign_flip"}]}]}],          # ``top``; turns: multi-turn only
          "summary": {"candidates", "groups", "sign_flips", "rank_corr"}}
 
-    A turn's ``reward`` is its own total, its ``return`` and ``advantage`` what its tokens were trained
-    with (``reward.turns: final``: the trajectory's). Problems are ordered by their mean rank correlation
-    (lowest first), then by sign flips. A group of fewer than 2 candidates has no advantage (as in
+    A turn's ``reward`` is its own total, its ``return`` and ``advantage`` what its tokens were trained with
+    (``reward.turns: final``: the trajectory's). A candidate's ``rank_<side>`` is its place in its group by its
+    own ``reward_<side>`` (1 = best, ties share their mean rank). Problems are ordered by their mean rank
+    correlation (lowest first), then by sign flips. A group of fewer than 2 candidates has no advantage (as in
     training) and is left out.
     """
     after = dataclasses.replace(before, weights=R.weights_dict(weights))
@@ -325,12 +327,20 @@ def _per_step(groups: list[_Group]) -> list[dict]:
              "zero_variance_after": sum(g.zero_variance_after for g in gs)} for step, gs in sorted(steps.items())]
 
 
-def _candidate_row(g: _Group, i: int) -> dict:
+def _candidate_ranks(g: _Group, side: str) -> list[float]:
+    """Each candidate's rank in its group by its own ``reward_<side>`` (1 = best; ties share their mean
+    rank), on the values the advantages were computed from, as ``rank_correlation`` ranks them."""
+    seen = getattr(g, f"seen_{side}")
+    ascending = average_ranks([seen[span[0]] for span in g.spans])
+    return [len(ascending) + 1 - r for r in ascending]
+
+
+def _candidate_row(g: _Group, i: int, ranks: tuple[list[float], list[float]]) -> dict:
     c, span = g.candidates[i], g.spans[i]
     first = span[0]
     row = {"step": g.step, "index": c.index, "reward_before": g.before[first], "reward_after": g.after[first],
            "advantage_before": g.advantage_before[first], "advantage_after": g.advantage_after[first],
-           "sign_flip": any(g.flipped[u] for u in span)}
+           "sign_flip": any(g.flipped[u] for u in span), "rank_before": ranks[0][i], "rank_after": ranks[1][i]}
     if c.turns:
         per_turn = len(span) == len(c.turns)  # discounted: a unit per turn; final: the trajectory's for all
         row["turns"] = [
@@ -347,7 +357,9 @@ def _per_problem(groups: list[_Group], top: int) -> list[dict]:
     for g in groups:
         problems[g.problem_id].append(g)
     rows = [{"problem_id": pid, **_aggregate(gs),
-             "candidates": [_candidate_row(g, i) for g in gs for i in range(len(g.candidates))]}
+             "candidates": [_candidate_row(g, i, ranks) for g in gs
+                            for ranks in [(_candidate_ranks(g, "before"), _candidate_ranks(g, "after"))]
+                            for i in range(len(g.candidates))]}
             for pid, gs in problems.items()]
     rows.sort(key=lambda r: (r["rank_corr"], -r["sign_flips"], r["problem_id"]))
     return rows[:top]

@@ -32,34 +32,28 @@ function followProblemSet(id, event, key, show, finished) {
 
 // Problem-set page: follow a pending/running validation (websocket, with polling as the fallback)
 // and reload once it has finished, so the per-problem verdicts appear without a manual refresh.
+// The badge, its line and whether the validation is still under way are the server's
+// (webapp/problems/services.py validation_state).
 (function () {
   "use strict";
   const card = document.getElementById("validation");
-  if (!card) return;
+  if (!card || card.dataset.inProgress !== "true") return;
   const id = Number(card.dataset.problemSet);
-  const active = (s) => s === "pending" || s === "running";
-  if (!active(card.dataset.status)) return;
   // While the upload is imported the follower below has the page; it reloads when the import ends.
   const imported = document.getElementById("import");
-  if (imported && imported.dataset.status === "importing") return;
+  if (imported && imported.dataset.inProgress === "true") return;
 
   const badge = card.querySelector("[data-validation-status]");
   const summary = document.getElementById("validation-summary");
   let finished = false;
 
-  // `v`: {status, checked, total, passed, failed} from the notification or the API.
+  // `v`: {badge: {state, text}, progress_text, in_progress, ...} from the notification or the API.
   function show(v) {
     if (finished) return;
-    const status = v.status;
-    // As ProblemSet.validation_badge: failing problems make a finished validation a warning.
-    const warn = status === "done" && v.failed > 0;
-    badge.textContent = warn ? v.failed + " failing" : status;
-    badge.className = "status status-" + (warn ? "warning" : status);
-    if (status === "running") {
-      summary.textContent = "running the reference and empty solutions: " + v.checked + " of " + v.total +
-        " checked, " + v.passed + " ok, " + v.failed + " failing…";
-    }
-    if (!active(status)) {
+    badge.textContent = v.badge.text;
+    badge.className = "status status-" + v.badge.state;
+    summary.textContent = v.progress_text;
+    if (!v.in_progress) {
       finished = true;
       summary.textContent = "finished; loading the results…";
       window.location.reload();
@@ -74,24 +68,17 @@ function followProblemSet(id, event, key, show, finished) {
 (function () {
   "use strict";
   const card = document.getElementById("import");
-  if (!card || card.dataset.status !== "importing") return;
+  if (!card || card.dataset.inProgress !== "true") return;
   const id = Number(card.dataset.problemSet);
   const summary = document.getElementById("import-summary");
   const bar = document.getElementById("import-progress");
   let finished = false;
 
-  function size(bytes) {
-    if (bytes >= 1 << 20) return (bytes / (1 << 20)).toFixed(1) + " MB";
-    if (bytes >= 1 << 10) return (bytes / (1 << 10)).toFixed(1) + " KB";
-    return bytes + " bytes";
-  }
-
-  // `state`: {status, read_bytes, total_bytes, lines} from the notification or the API's `import`.
+  // `state`: {in_progress, progress_text, read_bytes, total_bytes} from the notification or the API's `import`.
   function show(state) {
     if (finished) return;
-    if (state.status === "importing") {
-      summary.textContent = state.lines + " lines, " + size(state.read_bytes) + " of " +
-        size(state.total_bytes) + " read…";
+    if (state.in_progress) {
+      summary.textContent = state.progress_text;
       bar.max = state.total_bytes;
       bar.value = state.read_bytes;
       return;
@@ -109,26 +96,22 @@ function followProblemSet(id, event, key, show, finished) {
 (function () {
   "use strict";
   const card = document.getElementById("probe");
-  if (!card) return;
-  const active = (s) => s === "pending" || s === "running";
-  if (!active(card.dataset.status)) return;
+  if (!card || card.dataset.inProgress !== "true") return;
   const id = Number(card.dataset.problemSet);
   const badge = card.querySelector("[data-probe-status]");
   const summary = document.getElementById("probe-summary");
   const bar = document.getElementById("probe-progress");
   let finished = false;
 
-  // `p`: {status, done, total} from the notification or the API's `probe`.
+  // `p`: {status, done, total, in_progress, progress_text} from the notification or the API's `probe`.
   function show(p) {
     if (finished || !p) return;
     badge.textContent = p.status;
     badge.className = "status status-" + p.status;
-    if (p.status === "running") {
-      summary.textContent = p.done + " of " + p.total + " problems probed…";
-      bar.max = p.total;
-      bar.value = p.done;
-    }
-    if (!active(p.status)) {
+    if (p.progress_text) summary.textContent = p.progress_text;
+    bar.max = p.total;
+    bar.value = p.done;
+    if (!p.in_progress) {
       finished = true;
       summary.textContent = "finished; loading the results…";
       window.location.reload();

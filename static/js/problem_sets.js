@@ -1,56 +1,31 @@
 // Problem-set list: rows whose import or validation is under way follow it live (websocket, polling
 // /api/problem-sets as the fallback): lines and bytes read while importing, problems checked while
-// validating, then the verdict counts, all without a reload.
+// validating, then the verdict counts, all without a reload. Each row's badge, line and whether it is
+// still under way are the server's (webapp/problems/services.py list_row).
 (function () {
   "use strict";
   const rows = new Map();
   document.querySelectorAll("#problem-sets tr[data-problem-set]").forEach((row) => {
     rows.set(Number(row.dataset.problemSet), row);
   });
-  const active = (row) => row.dataset.import === "importing" ||
-    (row.dataset.import === "done" && (row.dataset.status === "pending" || row.dataset.status === "running"));
-  const waiting = () => [...rows.values()].some(active);
+  const waiting = () => [...rows.values()].some((row) => row.dataset.inProgress === "true");
   if (!waiting()) return;
 
-  function size(bytes) {
-    if (bytes >= 1 << 20) return (bytes / (1 << 20)).toFixed(1) + " MB";
-    if (bytes >= 1 << 10) return (bytes / (1 << 10)).toFixed(1) + " KB";
-    return bytes + " bytes";
-  }
-
-  function summarize(row, v, imp) {
-    if (row.dataset.import === "importing") {
-      return "importing: " + imp.lines + " lines, " + size(imp.read_bytes) + " of " + size(imp.total_bytes) + " read";
-    }
-    if (row.dataset.import === "failed") return "import failed";
-    if (row.dataset.status === "done") return v.passed + " ok, " + v.failed + " failing";
-    if (row.dataset.status === "running") return v.checked + " of " + v.total + " checked";
-    return "";
-  }
-
-  // `v`: the validation ({status, passed, failed, checked, total}); `imp`: the import ({status,
-  // lines, read_bytes, total_bytes, problems}); either may be null (a notification carries one).
-  function show(id, v, imp) {
+  // `listRow`: {badge: {state, text}, text, in_progress}; `imp`, `validation`: the import ({status,
+  // in_progress, problems, ...}) and the validation ({status, ...}), either null when a message lacks it.
+  function show(id, listRow, imp, validation) {
     const row = rows.get(id);
-    if (!row) return;
-    if (imp) {
-      if (imp.status !== "importing" && row.dataset.import === "importing" && imp.problems !== null) {
-        row.querySelector("[data-problem-count]").textContent = imp.problems;
-      }
-      row.dataset.import = imp.status;
-      row.importState = imp;
+    if (!row || !listRow) return;
+    if (imp && !imp.in_progress && imp.problems !== null) {
+      row.querySelector("[data-problem-count]").textContent = imp.problems;
     }
-    if (v) {
-      row.dataset.status = v.status;
-      row.validationState = v;
-      const badge = row.querySelector("[data-validation-status]");
-      // As ProblemSet.validation_badge: failing problems make a finished validation a warning.
-      const warn = v.status === "done" && v.failed > 0;
-      badge.textContent = warn ? v.failed + " failing" : v.status;
-      badge.className = "status status-" + (warn ? "warning" : v.status);
-    }
-    row.querySelector("[data-validation-summary]").textContent =
-      summarize(row, row.validationState || {}, row.importState || {});
+    row.dataset.inProgress = listRow.in_progress ? "true" : "false";
+    if (imp) row.dataset.import = imp.status;
+    if (validation) row.dataset.status = validation.status;
+    const badge = row.querySelector("[data-validation-status]");
+    badge.textContent = listRow.badge.text;
+    badge.className = "status status-" + listRow.badge.state;
+    row.querySelector("[data-validation-summary]").textContent = listRow.text;
   }
 
   try {
@@ -58,8 +33,8 @@
     const socket = new WebSocket(scheme + window.location.host + "/ws/notifications/");
     socket.onmessage = (msg) => {
       const data = JSON.parse(msg.data);
-      if (data.event === "validation") show(data.problem_set, data, null);
-      if (data.event === "import") show(data.problem_set, null, data);
+      if (data.event === "validation") show(data.problem_set, data.list_row, null, data);
+      if (data.event === "import") show(data.problem_set, data.list_row, data, null);
     };
   } catch (err) { /* polling below still follows the jobs */ }
 
@@ -69,7 +44,7 @@
       const response = await fetch("/api/problem-sets",
                                    {credentials: "same-origin", headers: {Accept: "application/json"}});
       if (response.ok) {
-        for (const ps of await response.json()) show(ps.id, ps.validation, ps.import);
+        for (const ps of await response.json()) show(ps.id, ps.list_row, ps.import, ps.validation);
       }
     } catch (err) { /* network blip: try again */ }
     if (waiting()) window.setTimeout(poll, 3000);

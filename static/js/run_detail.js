@@ -4,13 +4,16 @@
 (function () {
   "use strict";
   var state = JSON.parse(document.getElementById("run-state").textContent);
+  // The run statuses by group and role, from the Run model (webapp/runs/models.py status_groups).
+  var STATUS = JSON.parse(document.getElementById("run-statuses").textContent);
+  function statusIn(group, status) { return STATUS[group].indexOf(status) >= 0; }
   var run = state.run;
   var metrics = new Map();          // step -> {metrics, time}
   var evals = state.evals.slice();
-  var problems = new Map();         // problem_id -> {problem_id, split, pass_rate, history, zero_variance_groups}
-  var health = Object.assign({}, state.health.counts);
+  var problems = new Map();         // problem_id -> its row as the server stored it (queries.PROBLEM_ROW)
+  var health = state.health;        // queries.sandbox_health; each problem message brings it anew
   var lastSeq = state.last_seq;
-  var finished = ["succeeded", "failed", "cancelled"].indexOf(run.status) >= 0;
+  var finished = statusIn("finished", run.status);
   var openProblem = null, openStatus = "failed", openFlag = "", openStep = null, openPage = 1;
 
   state.metrics.forEach(function (m) { metrics.set(m.step, {metrics: m.metrics, time: m.time}); });
@@ -261,16 +264,16 @@
   // A queued run's place changes as other runs start: ask the API until this one leaves the queue
   // (its own start arrives on the websocket).
   function followQueue() {
-    if (run.status !== "queued") return;
+    if (run.status !== STATUS.queued) return;
     fetch("/api/runs/" + run.id, {credentials: "same-origin"}).then(function (r) {
       if (!r.ok) throw new Error("HTTP " + r.status);
       return r.json();
     }).then(function (data) {
-      if (run.status !== "queued") return;
+      if (run.status !== STATUS.queued) return;
       run.queue = data.queue;
       drawProgress();
     }).catch(function () { /* the text keeps its last value */ }).then(function () {
-      if (run.status === "queued") setTimeout(followQueue, 10000);
+      if (run.status === STATUS.queued) setTimeout(followQueue, 10000);
     });
   }
 
@@ -281,7 +284,7 @@
     document.getElementById("run-progress").style.width = (run.steps ? Math.min(100, 100 * step / run.steps) : 0) + "%";
     var eta = "";
     var timed = steps.filter(function (s) { return typeof metrics.get(s).time === "number"; });
-    if (run.status === "running" && timed.length >= 2 && step < run.steps) {
+    if (run.status === STATUS.running && timed.length >= 2 && step < run.steps) {
       var first = timed[Math.max(0, timed.length - 20)], last = timed[timed.length - 1];
       var perStep = (metrics.get(last).time - metrics.get(first).time) / (last - first);
       var left = Math.max(0, (run.steps - step) * perStep);
@@ -291,9 +294,9 @@
       var resumed = Number(document.getElementById("run-progress").parentNode.dataset.resumed) > 0;
       eta = run.status + (run.started && run.finished && !resumed
         ? " after " + duration((Date.parse(run.finished) - Date.parse(run.started)) / 1000) : "");
-    } else if (run.status === "queued") {
+    } else if (run.status === STATUS.queued) {
       eta = "queued: " + queueText(run.queue);
-    } else if (run.status === "cancelling") {
+    } else if (run.status === STATUS.cancelling) {
       eta = "cancelling: saving a checkpoint…";
     } else if (!finished && step === 0) {
       eta = "loading the model and sampling the first step…";
@@ -348,15 +351,15 @@
 
   function setStatus(status, error) {
     run.status = status;
-    finished = ["succeeded", "failed", "cancelled"].indexOf(status) >= 0;
+    finished = statusIn("finished", status);
     if (finished && !run.finished) run.finished = new Date().toISOString();
     if (!finished) run.finished = null;
-    if (status === "running" && !run.started) run.started = new Date().toISOString();
+    if (status === STATUS.running && !run.started) run.started = new Date().toISOString();
     var badge = document.getElementById("run-status");
     badge.textContent = status;
     badge.className = "status status-" + status;
-    document.getElementById("cancel-form").hidden = ["queued", "running", "cancelling"].indexOf(status) < 0;
-    document.getElementById("resume-form").hidden = ["failed", "cancelled"].indexOf(status) < 0;
+    document.getElementById("cancel-form").hidden = !statusIn("active", status);
+    document.getElementById("resume-form").hidden = !statusIn("resumable", status);
     var err = document.getElementById("run-error");
     if (error) { err.textContent = error; err.hidden = false; } else if (!finished) { err.hidden = true; }
     drawProgress();
@@ -544,26 +547,23 @@
   });
 
   // ---- sandbox health, checkpoints -------------------------------------------------------------
-  var HEALTH = [["passed", "passed", "#15803d"], ["failed", "wrong answer", "#f97316"], ["error", "runtime error", "#b91c1c"],
-                ["syntax_error", "syntax error", "#7f1d1d"], ["timeout", "timeout", "#b45309"],
-                ["memory", "memory limit (infra)", "#6d28d9"], ["output_limit", "output limit (infra)", "#a21caf"],
-                ["killed", "killed (infra)", "#111827"]];
+  // The outcomes (the sandbox's enum: label, colour, infrastructure or not) and their counts come from
+  // the server (queries.outcome_rows, queries.sandbox_health).
   function drawHealth() {
-    var total = Object.values(health).reduce(function (a, b) { return a + b; }, 0);
+    var total = health.total;
     var bar = document.getElementById("health-bar"), list = document.getElementById("health");
     bar.replaceChildren(); list.replaceChildren();
-    HEALTH.forEach(function (h) {
-      var n = health[h[0]] || 0;
+    state.outcomes.forEach(function (o) {
+      var n = health.counts[o.status] || 0;
       var seg = document.createElement("div");
-      seg.style.width = (total ? 100 * n / total : 0) + "%"; seg.style.background = h[2]; seg.title = h[1] + ": " + n;
+      seg.style.width = (total ? 100 * n / total : 0) + "%"; seg.style.background = o.colour; seg.title = o.label + ": " + n;
       bar.appendChild(seg);
-      var dt = document.createElement("dt"); dt.textContent = h[1];
+      var dt = document.createElement("dt"); dt.textContent = o.label;
       var dd = document.createElement("dd"); dd.textContent = n + (total ? " (" + Math.round(100 * n / total) + "%)" : "");
       list.appendChild(dt); list.appendChild(dd);
     });
-    var infra = (health.killed || 0) + (health.memory || 0) + (health.output_limit || 0);
     var dt = document.createElement("dt"); dt.textContent = "infrastructure failures";
-    var dd = document.createElement("dd"); dd.innerHTML = "<strong></strong>"; dd.firstChild.textContent = infra + " of " + total;
+    var dd = document.createElement("dd"); dd.innerHTML = "<strong></strong>"; dd.firstChild.textContent = health.infrastructure + " of " + total;
     list.appendChild(dt); list.appendChild(dd);
   }
 
@@ -618,35 +618,18 @@
         if ("mismatch_warning" in ev) drawMismatch(ev.mismatch_warning, ev.step);
         scheduleDraw();
         break;
-      case "problem": {
-        var p = problems.get(ev.problem_id) || {problem_id: ev.problem_id, split: "train", history: [], zero_variance_groups: 0};
-        p.history = p.history.filter(function (h) { return h[0] !== ev.step; }).concat([[ev.step, ev.solve_rate]])
-          .sort(function (a, b) { return a[0] - b[0]; });
-        p.pass_rate = p.history[p.history.length - 1][1];
-        if (p.history[p.history.length - 1][0] === ev.step) p.pass_rate_turn1 = ev.solve_rate_turn1;
-        if (ev.zero_variance) p.zero_variance_groups += 1;
-        problems.set(ev.problem_id, p);
-        (ev.candidates || []).forEach(function (c) {
-          var s = (c.result && c.result.status) || "unknown";
-          health[s] = (health[s] || 0) + 1;
-        });
-        scheduleProblems();
+      case "problem":
+        // The problem's row and the health counts as the server stored them (a replayed page carries
+        // each once, on its last event that changed them).
+        if (ev.problem_row) { problems.set(ev.problem_row.problem_id, ev.problem_row); scheduleProblems(); }
+        if (ev.health) { health = ev.health; scheduleProblems(); }
         if (openProblem === ev.problem_id) loadCandidates(openProblem, openStatus, openFlag, null, openStep);
         break;
-      }
       case "eval":
         refreshCheckpoints();  // the best checkpoint may change
-        // As services._apply_eval_problems: each evaluated problem's pass@1 joins its history.
-        Object.keys(ev.per_problem || {}).forEach(function (id) {
-          var q = problems.get(id) || {problem_id: id, history: [], zero_variance_groups: 0};
-          q.split = ev.split;
-          q.history = q.history.filter(function (h) { return h[0] !== ev.step; })
-            .concat([[ev.step, ev.per_problem[id]["pass@1"]]]).sort(function (a, b) { return a[0] - b[0]; });
-          q.pass_rate = q.history[q.history.length - 1][1];
-          q.pass_rate_turn1 = ev.per_problem[id]["pass@1/turn1"];
-          problems.set(id, q);
-        });
-        if (ev.per_problem) scheduleProblems();
+        // The evaluated problems' rows as stored (their pass@1 at this evaluation joined their history).
+        (ev.problem_rows || []).forEach(function (row) { problems.set(row.problem_id, row); });
+        if (ev.problem_rows) scheduleProblems();
         // An open held-out problem gains this evaluation's samples (and its pane, the evaluation's link).
         if (ev.per_problem && openProblem !== null && Object.prototype.hasOwnProperty.call(ev.per_problem, openProblem)) {
           loadCandidates(openProblem, openStatus, openFlag, null, openStep);
@@ -679,7 +662,7 @@
     socket.onmessage = function (msg) { onEvent(JSON.parse(msg.data)); };
     socket.onclose = function () {
       document.body.dataset.live = "0";
-      if (finished && run.status !== "cancelling") return;
+      if (finished) return;  // a finished run sends nothing more
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 15000);
     };

@@ -1,7 +1,7 @@
-// New-run form: presets fill every field, and move off a problem set they cannot use well to the
-// newest one they can; a switched-off section (use lora) greys out its fields; the sticky launch bar
-// says what differs from the chosen preset; out-of-range numbers are refused here, with the server's
-// wording, before the form is sent.
+// New-run form: presets fill every field, and move off a problem set they cannot use well (as the
+// server judges it) to the newest one they can; a switched-off section (use lora) greys out its
+// fields; the sticky launch bar says what differs from the chosen preset; out-of-range numbers are
+// refused here, with the server's wording, before the form is sent.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");
@@ -50,38 +50,53 @@
     el.dataset.changed = changed.length;
   }
 
-  // What the chosen set lacks, as the server will say it (webapp/runs/forms.py set_warnings).
-  var sets = JSON.parse(document.getElementById("sets-data").textContent);
-  function setIssues(setId, perStep) {
-    var facts = sets[setId];
-    var issues = facts ? facts.issues.slice() : [];
-    if (facts && perStep > facts.train) issues.push("only " + facts.train + " train problems for problems_per_step " + perStep);
-    return issues;
+  // What each set lacks, as the server says it (webapp/runs/forms.py set_warnings): the page came with
+  // the answers at its own and the presets' problems_per_step; another value is asked of the server
+  // (debounced) and kept. `issues`: problems_per_step ("" when not a whole number) -> {set id: [text]}.
+  var facts = JSON.parse(document.getElementById("sets-data").textContent);
+  var issuesAt = facts.issues, asking = null;
+  function perStep() {
+    var n = form.elements["sampling.problems_per_step"].value.trim();
+    return /^[0-9]+$/.test(n) && Number(n) > 0 ? String(Number(n)) : "";
+  }
+  function known(n) { return Object.prototype.hasOwnProperty.call(issuesAt, n); }
+  function setIssues(setId, n) { return (issuesAt[n] || {})[setId] || []; }
+  // `then` runs once the issues at the form's problems_per_step are known (at once when they are).
+  function withIssues(then) {
+    var n = perStep();
+    if (known(n)) { then(); return; }
+    clearTimeout(asking);
+    asking = setTimeout(function () {
+      fetch("/runs/new/set-issues?problems_per_step=" + encodeURIComponent(n), {credentials: "same-origin"})
+        .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+        .then(function (data) { issuesAt[n] = data.sets; if (perStep() === n) then(); })
+        .catch(function () { /* the bar keeps what it says; Launch asks the server again */ });
+    }, 250);
   }
 
-  function perStep() { return Number(form.elements["sampling.problems_per_step"].value); }
-
   function showSetIssues() {
-    var issues = setIssues(form.elements["problem_set"].value, perStep());
-    var el = document.getElementById("set-issues");
-    el.textContent = issues.length ? "⚠ " + issues.join("; ") : "";
-    el.hidden = !issues.length;
+    withIssues(function () {
+      var issues = setIssues(form.elements["problem_set"].value, perStep());
+      var el = document.getElementById("set-issues");
+      el.textContent = issues.length ? "⚠ " + issues.join("; ") : "";
+      el.hidden = !issues.length;
+    });
   }
 
   // After a preset: a set it cannot use well gives way to the newest set it can (the dropdown lists the
   // newest first), as the server picks the first set it offers; with none better the choice stays.
   function pickUsableSet() {
-    var select = form.elements["problem_set"], note = document.getElementById("set-switched");
-    var issues = select.value ? setIssues(select.value, perStep()) : ["no set chosen"];
+    var select = form.elements["problem_set"], note = document.getElementById("set-switched"), n = perStep();
+    var issues = select.value ? setIssues(select.value, n) : ["no set chosen"];
     if (!issues.length) return;
     var usable = Array.prototype.find.call(select.options, function (o) {
-      return o.value && sets[o.value] && !setIssues(o.value, perStep()).length;
+      return o.value && facts.names[o.value] !== undefined && !setIssues(o.value, n).length;
     });
     if (!usable) return;
-    var was = sets[select.value];
+    var was = facts.names[select.value];
     select.value = usable.value;
-    note.textContent = "Problem set changed to “" + sets[usable.value].name + "” for " + current.title +
-      (was ? ": “" + was.name + "” has " + issues.join("; ") : "") + ".";
+    note.textContent = "Problem set changed to “" + facts.names[usable.value] + "” for " + current.title +
+      (was !== undefined ? ": “" + was + "” has " + issues.join("; ") : "") + ".";
     note.hidden = false;
   }
 
@@ -142,9 +157,8 @@
       form.querySelectorAll(".preset").forEach(function (b) { b.classList.toggle("primary", b === button); });
       syncSections();
       form.querySelectorAll("input[type=number]").forEach(markBounds);
-      pickUsableSet();
+      withIssues(function () { pickUsableSet(); showChanges(); showSetIssues(); });
       showChanges();
-      showSetIssues();
     });
   });
   form.addEventListener("change", function (e) {

@@ -20,9 +20,10 @@
   });
   sync();
 })();
-// Follow active runs' status and progress without a reload (polls only while one is active).
+// Follow active runs' status and progress without a reload (polls only while one is active; which
+// statuses are active is the Run model's, webapp/runs/models.py status_groups).
 (function poll() {
-  var active = ["queued", "running", "cancelling"];
+  var active = JSON.parse(document.getElementById("run-statuses").textContent).active;
   var live = Array.from(document.querySelectorAll("tr[data-run] [data-cell=status]")).some(function (el) {
     return active.indexOf(el.textContent) >= 0;
   });

@@ -139,20 +139,6 @@
     showProblem(answer.problems.find(function (p) { return p.problem_id === tr.dataset.problem; }));
   });
 
-  // Ranks within each (step) group, 1 = best; ties share their mean rank, as the server's Spearman does.
-  function ranks(candidates, key) {
-    var out = new Map(), byStep = new Map();
-    candidates.forEach(function (c) { (byStep.get(c.step) || byStep.set(c.step, []).get(c.step)).push(c); });
-    byStep.forEach(function (group) {
-      group.forEach(function (c) {
-        var above = group.filter(function (o) { return o[key] > c[key]; }).length;
-        var same = group.filter(function (o) { return o[key] === c[key]; }).length;
-        out.set(c.step + ":" + c.index, above + (same + 1) / 2);
-      });
-    });
-    return out;
-  }
-
   function showProblem(problem) {
     openProblem = problem.problem_id;
     document.querySelectorAll("#whatif-problems tr.selected").forEach(function (tr) { tr.classList.remove("selected"); });
@@ -160,10 +146,8 @@
     if (row) row.classList.add("selected");
     document.getElementById("whatif-problem-title").textContent = openProblem + " — rank correlation " +
       num(problem.rank_corr) + ", " + pct(problem.sign_flips) + " sign flips";
-    var before = ranks(problem.candidates, "reward_before"), after = ranks(problem.candidates, "reward_after");
     var body = document.getElementById("whatif-candidates");
     body.replaceChildren.apply(body, problem.candidates.map(function (c) {
-      var key = c.step + ":" + c.index;
       var tr = document.createElement("tr");
       tr.dataset.step = c.step; tr.dataset.index = c.index;
       var dr = c.reward_after - c.reward_before;
@@ -174,7 +158,7 @@
                 cell(num(c.reward_before) + " → " + num(c.reward_after), dr > 1e-9 ? "whatif-up" : dr < -1e-9 ? "whatif-down" : ""),
                 cell(num(c.advantage_before) + " → " + num(c.advantage_after), flipped ? "whatif-flip" : "",
                      flipped ? "the advantage changes sign" : ""),
-                cell(before.get(key) + " → " + after.get(key)));
+                cell(c.rank_before + " → " + c.rank_after));  // ranks in its group, the server's (1 = best)
       var td = document.createElement("td"); td.append(open); tr.append(td);
       if (c.turns) turnLines(tr, c.turns);
       return tr;

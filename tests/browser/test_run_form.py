@@ -2,6 +2,7 @@
 from tests.webapp.runs.conftest import make_problem_set, problem_lines
 
 from .conftest import login
+from .test_run_flow import wait_until
 
 
 def test_the_launch_bar_stays_in_view_and_lists_changes_from_the_preset(page, live_server_url, user, output_dir):
@@ -56,7 +57,8 @@ def test_the_launch_bar_names_what_the_chosen_set_lacks_before_launch(page, live
     issues = page.locator("#set-issues")
     assert issues.is_visible() and "no held-out problems" in issues.inner_text()
     assert "only 4 train problems for problems_per_step 8" in issues.inner_text()
-    page.fill("input[name='sampling.problems_per_step']", "4")
+    page.fill("input[name='sampling.problems_per_step']", "4")  # a value the page asks the server about
+    wait_until(page, "!document.getElementById('set-issues').textContent.includes('problems_per_step')", 10)
     assert "problems_per_step" not in issues.inner_text()
     page.screenshot(path=str(output_dir / "new-run-set-issues.png"))
 

@@ -299,3 +299,12 @@ def test_a_one_turn_run_is_rescored_as_before_whatever_reward_turns_says():
                             "sampling": {"turns": 2, "prompt_style": "chat"}})
     s = RewardSettings.from_config(cfg)
     assert (s.turns, s.turn_discount) == ("discounted", 0.7)
+
+
+def test_each_candidate_is_ranked_in_its_group_best_first_ties_sharing_their_mean_rank():
+    before = RewardSettings(weights={"pass_rate": 1.0, "syntax": 0.0}, advantage="grpo", clip=5.0)
+    group = [StoredCandidate(step=1, problem_id="p", index=i, rewards={"pass_rate": p, "syntax": s})
+             for i, (p, s) in enumerate([(1.0, 0.0), (0.5, 1.0), (0.5, 0.0), (0.0, 1.0)])]
+    out = rescore(group, before, {"pass_rate": 0.0, "syntax": 1.0})
+    ranks = [(c["rank_before"], c["rank_after"]) for c in out["problems"][0]["candidates"]]
+    assert ranks == [(1.0, 3.5), (2.5, 1.5), (2.5, 3.5), (4.0, 1.5)]

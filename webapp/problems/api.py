@@ -31,7 +31,12 @@ class ImportState(Schema):
     problems: int | None = Field(description="problems imported; null while importing")
 
 
-class ImportReport(ImportState):
+class ImportProgress(ImportState):
+    in_progress: bool = Field(description="the import is under way")
+    progress_text: str = Field(description="the set page's line while importing (lines and bytes read); empty after")
+
+
+class ImportReport(ImportProgress):
     errors: list[LineError]
 
 
@@ -61,12 +66,27 @@ class ValidationRow(Schema):
     detail: str
 
 
+class Badge(Schema):
+    state: str = Field(description="the badge's look (CSS class status-<state>): the validation status, or "
+                                   "warning when a finished validation has failing problems")
+    text: str = Field(description="the badge's text")
+
+
+class ListRow(Schema):
+    badge: Badge
+    text: str = Field(description="the set list's line beside the badge")
+    in_progress: bool = Field(description="an import or validation of the set is under way")
+
+
 class Validation(Schema):
     status: str
     passed: int
     failed: int
     checked: int = Field(description="problems checked so far (progress while running)")
     total: int = Field(description="problems in the set")
+    in_progress: bool = Field(description="pending or running")
+    badge: Badge
+    progress_text: str = Field(description="the set page's line beside the badge")
     error: str
     results: list[ValidationRow]
 
@@ -91,6 +111,8 @@ class ProbeState(Schema):
     reference: str = Field(description="how a run config names this probe: difficulty.probe")
     created: str
     finished: str | None
+    in_progress: bool = Field(description="pending or running")
+    progress_text: str = Field(description="the set page's line while the probe is under way; empty after")
     results: list[ProbeRow] = Field(description="per problem, in the set's order, once done")
 
 
@@ -120,7 +142,8 @@ class _Set(Schema):
 
 class Summary(_Set):
     validation: dict
-    import_: ImportState = Field(alias="import")
+    import_: ImportProgress = Field(alias="import")
+    list_row: ListRow
 
 
 class Detail(_Set):
@@ -147,10 +170,8 @@ def _summary(ps: ProblemSet) -> dict:
     return {"id": ps.pk, "name": ps.name, "problems": ps.problem_count, "format": ps.format,
             "created": ps.created.isoformat(), "owner": ps.owner.username,
             "splits": {"train": ps.train_count, "heldout": ps.heldout_count},
-            "validation": {"status": ps.validation_status, "passed": ps.validation_passed,
-                           "failed": ps.validation_failed, "checked": ps.validation_checked,
-                           "total": ps.problem_count},
-            "import": services.import_state(ps, errors=False)}
+            "validation": services.validation_state(ps),
+            "import": services.import_state(ps, errors=False), "list_row": services.list_row(ps)}
 
 
 @router.post("", response={201: Created, 202: Created, 400: Refused}, by_alias=True, summary="Upload a problem set",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.template.defaultfilters import filesizeformat, pluralize
 
 from webapp.core.models import OwnedQuerySet
 
@@ -74,6 +75,49 @@ class ProblemSet(models.Model):
     @property
     def validation_in_progress(self) -> bool:
         return self.validation_status in (self.Validation.PENDING, self.Validation.RUNNING)
+
+    @property
+    def in_progress(self) -> bool:
+        """An import or a validation of the set is under way (its pages follow it live)."""
+        return self.importing or (self.import_status == self.Import.DONE and self.validation_in_progress)
+
+    # The texts the pages show beside the badges; the live messages and the API carry them as written here.
+
+    @property
+    def validation_text(self) -> str:
+        """The set page's line beside the validation badge."""
+        passed, failed = self.validation_passed, self.validation_failed
+        if self.validation_status == self.Validation.DONE:
+            return f"{passed} problem{pluralize(passed)} ok, {failed} failing"
+        if self.validation_status == self.Validation.RUNNING:
+            return (f"running the reference and empty solutions: {self.validation_checked} of "
+                    f"{self.problem_count} checked, {passed} ok, {failed} failing…")
+        if self.importing:
+            return "starts when the import is done"
+        if self.validation_status == self.Validation.PENDING:
+            return "queued on the sandbox workers…"
+        return ""
+
+    @property
+    def import_text(self) -> str:
+        """The set page's line while a background import runs (empty otherwise)."""
+        if not self.importing:
+            return ""
+        return (f"{self.import_lines} line{pluralize(self.import_lines)}, {filesizeformat(self.import_read_bytes)} "
+                f"of {filesizeformat(self.import_total_bytes)} read…")
+
+    @property
+    def list_text(self) -> str:
+        """The set list's line beside the badge: the import while it runs or when it failed, else the validation."""
+        if self.importing:
+            return "importing: " + self.import_text.removesuffix("…")
+        if self.import_status == self.Import.FAILED:
+            return "import failed"
+        if self.validation_status == self.Validation.DONE:
+            return f"{self.validation_passed} ok, {self.validation_failed} failing"
+        if self.validation_status == self.Validation.RUNNING:
+            return f"{self.validation_checked} of {self.problem_count} checked"
+        return ""
 
 
 class Problem(models.Model):
@@ -167,6 +211,13 @@ class Probe(models.Model):
     @property
     def in_progress(self) -> bool:
         return self.status in (self.Status.PENDING, self.Status.RUNNING)
+
+    @property
+    def progress_text(self) -> str:
+        """The set page's line while the probe is under way (empty once it ended)."""
+        if self.status == self.Status.RUNNING:
+            return f"{self.done} of {self.total} problems probed…"
+        return "queued on the gpu workers…" if self.status == self.Status.PENDING else ""
 
     @property
     def reference(self) -> str:

@@ -316,6 +316,7 @@ def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
     state = {"id": probe.pk, "status": probe.status, "model": probe.model, "adapter": probe.adapter or None,
              "samples": probe.samples, "done": probe.done, "total": probe.total, "error": probe.error,
              "summary": probe.summary or None, "reference": probe.reference,
+             "in_progress": probe.in_progress, "progress_text": probe.progress_text,
              "created": probe.created.isoformat(), "finished": probe.finished.isoformat() if probe.finished else None}
     state["results"] = [{"problem_id": r["problem_id"], "pass_rate": r["pass_rate"], "passed": r["passed"],
                          "samples": r["samples"]} for r in probe.results] if results else []
@@ -325,7 +326,8 @@ def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
 def notify_probe(probe: Probe) -> None:
     """Tell the owner's open pages how far the probe got (group ``user-<id>``, /ws/notifications/)."""
     notify_owner(probe.problem_set, {"event": "probe", "problem_set": probe.problem_set_id, "probe": probe.pk,
-                                "status": probe.status, "done": probe.done, "total": probe.total})
+                                "status": probe.status, "done": probe.done, "total": probe.total,
+                                "in_progress": probe.in_progress, "progress_text": probe.progress_text})
 
 
 # ---- runs -------------------------------------------------------------------------------------------

@@ -353,17 +353,35 @@ def import_problem_set(problem_set_id: int) -> ProblemSet | None:
 
 
 def import_state(ps: ProblemSet, *, errors: bool = True) -> dict:
-    """The API's `import` object."""
+    """The API's `import` object (and the `import` notification's fields)."""
     state = {"status": ps.import_status, "read_bytes": ps.import_read_bytes, "total_bytes": ps.import_total_bytes,
-             "lines": ps.import_lines, "problems": None if ps.importing else ps.problem_count}
+             "lines": ps.import_lines, "problems": None if ps.importing else ps.problem_count,
+             "in_progress": ps.importing, "progress_text": ps.import_text}
     if errors:
         state["errors"] = ps.import_errors
     return state
 
 
+def validation_state(ps: ProblemSet) -> dict:
+    """The API's `validation` summary (and the `validation` notification's fields): the counts, and the
+    badge and line the pages show (`ProblemSet.validation_badge`, `validation_text`)."""
+    state, text = ps.validation_badge
+    return {"status": ps.validation_status, "passed": ps.validation_passed, "failed": ps.validation_failed,
+            "checked": ps.validation_checked, "total": ps.problem_count, "in_progress": ps.validation_in_progress,
+            "badge": {"state": state, "text": text}, "progress_text": ps.validation_text}
+
+
+def list_row(ps: ProblemSet) -> dict:
+    """How the set list shows the set's progress: its validation badge, the line beside it, and whether
+    an import or validation is still under way."""
+    state, text = ps.validation_badge
+    return {"badge": {"state": state, "text": text}, "text": ps.list_text, "in_progress": ps.in_progress}
+
+
 def notify_import(ps: ProblemSet) -> None:
     """Tell the owner's open pages how far the import got (group `user-<id>`, /ws/notifications/)."""
-    notify_owner(ps, {"event": "import", "problem_set": ps.pk, **import_state(ps, errors=False)})
+    notify_owner(ps, {"event": "import", "problem_set": ps.pk, **import_state(ps, errors=False),
+                      "list_row": list_row(ps)})
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -586,9 +604,7 @@ def _finish(problem_set_id: int, generation: int, *, error: str = "") -> Problem
 
 def notify_validation(ps: ProblemSet) -> None:
     """Tell the owner's open pages (group `user-<id>`, /ws/notifications/) that the status changed."""
-    notify_owner(ps, {"event": "validation", "problem_set": ps.pk, "status": ps.validation_status,
-                 "passed": ps.validation_passed, "failed": ps.validation_failed,
-                 "checked": ps.validation_checked, "total": ps.problem_count})
+    notify_owner(ps, {"event": "validation", "problem_set": ps.pk, **validation_state(ps), "list_row": list_row(ps)})
 
 
 def notify_owner(ps: ProblemSet, payload: dict) -> None:

@@ -7,8 +7,10 @@ next, so a connection holds one page however long the run; it is cancelled when 
 Live events that arrive meanwhile are held (at most ``HELD_MAX``; past that they are dropped and read
 from the log instead, where they were stored before they were broadcast) and sent after the replay,
 and the ``seq`` check drops the ones the replay already sent. A replayed ``step`` carries its
-``mismatch_warning`` as a live one does. A ``problem`` event stored before ``solve_rate`` was its name
-is sent as ``parse_event`` reads it (with ``solve_rate``), as a live one is. It never writes to the database.
+``mismatch_warning`` as a live one does, and a page's ``problem`` and ``eval`` events the per-problem
+rows and sandbox-health counts as stored now (``page_read_models``). A ``problem`` event stored before
+``solve_rate`` was its name is sent as ``parse_event`` reads it (with ``solve_rate``), as a live one is.
+It never writes to the database.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from training.events import EventError, parse_event
 
 from webapp.core.groups import run_group
 
+from . import queries
 from .models import Run, RunEvent
 from .runtime import step_message_extras
 
@@ -101,27 +104,75 @@ def _read_page(run_id: int, after_seq: int, since: int | None) -> list[tuple[int
         close_old_connections()
 
 
-def replay_message(run_id: int, seq: int, kind: str, text: str, config: dict) -> str:
+def replay_message(run_id: int, seq: int, kind: str, text: str, config: dict, extras: dict | None = None) -> str:
     """The websocket message of a stored event: its payload plus ``run_id`` and ``seq`` (and for a
-    ``step`` its ``mismatch_warning``), as ``run_event`` sends a live one."""
+    ``step`` its ``mismatch_warning``), as ``run_event`` sends a live one; ``extras``: the read models
+    ``page_read_models`` attached to it."""
     body = text.strip()
+    extras = extras or {}
     if kind == "problem" and '"solve_rate"' not in body:  # stored before the rename: decoded, read as now
         payload = json.loads(body)
         try:
             payload = parse_event(payload).to_dict()
         except EventError:
             pass  # stored as written because it never parsed: sent as stored
-        return json.dumps({**payload, "run_id": run_id, "seq": seq})
+        return json.dumps({**payload, "run_id": run_id, "seq": seq, **extras})
     if kind == "step" or not (body.startswith("{") and body.endswith("}")):
         payload = json.loads(body)
-        return json.dumps({**payload, "run_id": run_id, "seq": seq, **step_message_extras(payload, config)})
+        return json.dumps({**payload, "run_id": run_id, "seq": seq, **step_message_extras(payload, config),
+                           **extras})
     inner = body[1:-1].strip()
-    return "{" + inner + (", " if inner else "") + f'"run_id": {run_id}, "seq": {seq}' + "}"
+    added = "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in extras.items())
+    return "{" + inner + (", " if inner else "") + f'"run_id": {run_id}, "seq": {seq}' + added + "}"
+
+
+def page_read_models(run_id: int, page: list[tuple[int, str, str]]) -> dict[int, dict]:
+    """``{seq: extras}`` for a replayed page: the per-problem table's rows and the sandbox-health counts
+    as they are stored now, as live ``problem`` and ``eval`` messages carry them (``queries.event_read_models``).
+    Each row goes once, on the last event of the page that names its problem, and the counts on the
+    page's last ``problem`` event: what the page holds is current, so earlier copies would only be
+    overwritten. Newer than the event they ride on at most by events that follow it, which bring theirs."""
+    mentions: dict[str, tuple[int, str]] = {}  # problem_id -> (seq, kind) of its last event in the page
+    last_problem = None
+    for seq, kind, text in page:
+        if kind not in ("problem", "eval") or (kind == "eval" and '"per_problem"' not in text):
+            continue
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            continue
+        if kind == "problem":
+            last_problem = seq
+            ids = [payload.get("problem_id")]
+        else:
+            ids = list(payload.get("per_problem") or ()) if isinstance(payload.get("per_problem"), dict) else []
+        for problem_id in ids:
+            if isinstance(problem_id, str):
+                mentions[problem_id] = (seq, kind)
+    if not mentions and last_problem is None:
+        return {}
+    close_old_connections()
+    try:
+        rows = {row["problem_id"]: row for row in queries.problems(run_id, mentions)} if mentions else {}
+        out: dict[int, dict] = {}
+        for problem_id, (seq, kind) in mentions.items():
+            if problem_id not in rows:
+                continue
+            if kind == "problem":
+                out.setdefault(seq, {})["problem_row"] = rows[problem_id]
+            else:
+                out.setdefault(seq, {}).setdefault("problem_rows", []).append(rows[problem_id])
+        if last_problem is not None:
+            out.setdefault(last_problem, {})["health"] = queries.sandbox_health(run_id)
+        return out
+    finally:
+        close_old_connections()
 
 
 # Not the thread Django's request handlers share (thread_sensitive=False): twenty replays paging through
 # long runs must not queue the API's requests behind their reads.
 _replay_page = sync_to_async(_read_page, thread_sensitive=False)
+_page_read_models = sync_to_async(page_read_models, thread_sensitive=False)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -174,11 +225,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         """Send every stored event after seq ``cursor`` (of a step after ``since``); the last seq read."""
         while True:
             page = await _replay_page(self.run_id, cursor, since)
+            read_models = await _page_read_models(self.run_id, page)
             async with _sending_turn():
                 started = time.monotonic()
                 for i, (seq, kind, text) in enumerate(page):
                     if seq > self.last_seq:
-                        await self.send(text_data=replay_message(self.run_id, seq, kind, text, self.config))
+                        await self.send(text_data=replay_message(self.run_id, seq, kind, text, self.config,
+                                                                 read_models.get(seq)))
                         self.last_seq = seq
                     if i % SEND_SLICE == SEND_SLICE - 1:
                         await asyncio.sleep(0)

@@ -280,10 +280,17 @@ def set_warnings(ps, problems_per_step: int | None, *, short: bool = False) -> l
                    "failed validation (the reference solution fails or an empty one passes): their rewards "
                    "do not measure correct code.")
     if problems_per_step is not None and ps.train_count < problems_per_step:
-        out.append(f"This set has only {ps.train_count} train problem{'s' if ps.train_count != 1 else ''} but "
+        out.append(f"only {ps.train_count} train problems for problems_per_step {problems_per_step}" if short else
+                   f"This set has only {ps.train_count} train problem{'s' if ps.train_count != 1 else ''} but "
                    f"problems_per_step is {problems_per_step}: each step trains on {ps.train_count}, "
                    "a smaller batch than configured.")
     return out
+
+
+def sets_issues(sets, problems_per_step: int | None) -> dict[int, list[str]]:
+    """``{set id: short warnings}`` for the new-run form's launch bar and its choice of a usable set
+    (``GET /runs/new/set-issues``): what ``set_warnings`` says of each set at that problems_per_step."""
+    return {ps.pk: set_warnings(ps, problems_per_step, short=True) for ps in sets}
 
 
 def _set(config: dict, dotted: str, value: Any) -> None:

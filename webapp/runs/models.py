@@ -19,6 +19,10 @@ from webapp.core.models import OwnedQuerySet
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
 FINISHED_STATUSES = DONE_STATUSES
 """A run ends with the status its trainer's ``done`` event names (the trainer owns that vocabulary)."""
+SUPERVISED_STATUSES = ("running", "cancelling")
+"""A supervisor (and its trainer) holds the run: what the gpu queue counts as running."""
+RESUMABLE_STATUSES = ("failed", "cancelled")
+"""What resume continues from its last checkpoint."""
 
 
 class TransitionError(ValueError):
@@ -74,6 +78,10 @@ class Run(models.Model):
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
+    @property
+    def is_resumable(self) -> bool:
+        return self.status in RESUMABLE_STATUSES
+
     # ---- state transitions (each locks the row and re-reads the status it decides on) --------------
 
     def _locked(self) -> "Run":
@@ -122,7 +130,7 @@ class Run(models.Model):
         """
         with transaction.atomic():
             run = self._locked()
-            if run.status not in (Run.Status.FAILED, Run.Status.CANCELLED):
+            if run.status not in RESUMABLE_STATUSES:
                 raise TransitionError(f"run {run.pk} is {run.status}; only a failed or cancelled run can be resumed")
             if automatic and not run.auto_resume:
                 raise TransitionError(f"run {run.pk} is not waiting for an automatic resume")
@@ -148,6 +156,15 @@ class Run(models.Model):
             run.save()
             self._refresh_from(run)
             return True
+
+
+def status_groups() -> dict:
+    """The statuses as the pages ask about them (``json_script`` "run-statuses"), so that no page script
+    lists statuses of its own: the groups, and the three a page treats on their own, by role."""
+    return {"all": list(Run.Status.values), "active": list(ACTIVE_STATUSES), "finished": list(FINISHED_STATUSES),
+            "supervised": list(SUPERVISED_STATUSES), "resumable": list(RESUMABLE_STATUSES),
+            "queued": Run.Status.QUEUED.value, "running": Run.Status.RUNNING.value,
+            "cancelling": Run.Status.CANCELLING.value}
 
 
 class RunEvent(models.Model):

@@ -7,16 +7,25 @@ import json
 from django.db import connection
 from django.db.models import Count, Q
 
-from .archive import best_checkpoint_ids, heldout_points
-from .models import Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
+from sandbox.result import Outcome
 
-# Outcomes of an execution, grouped for the sandbox-health panel: the first group is the sandbox's
-# (or the machine's) fault, the others are the candidate's.
-INFRASTRUCTURE = ("killed", "memory", "output_limit")
-OUTCOME_LABELS = {
-    "passed": "passed", "failed": "wrong answer", "error": "runtime error", "syntax_error": "syntax error",
-    "timeout": "timeout", "memory": "memory limit", "output_limit": "output limit", "killed": "killed",
-}
+from .archive import best_checkpoint_ids, heldout_points
+from .models import SUPERVISED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
+
+# Outcomes of an execution are the sandbox's enum, with its labels and which are the sandbox's (or the
+# machine's) fault rather than the candidate's.
+OUTCOME_LABELS = {o.value: o.label for o in Outcome}
+INFRASTRUCTURE = tuple(o.value for o in Outcome if o.infrastructure)
+HEALTH_COLOURS = {Outcome.PASSED: "#15803d", Outcome.FAILED: "#f97316", Outcome.ERROR: "#b91c1c",
+                  Outcome.SYNTAX_ERROR: "#7f1d1d", Outcome.TIMEOUT: "#b45309", Outcome.MEMORY: "#6d28d9",
+                  Outcome.OUTPUT_LIMIT: "#a21caf", Outcome.KILLED: "#111827"}
+
+
+def outcome_rows() -> list[dict]:
+    """The sandbox-health panel's legend, in the enum's order (the run page draws it as given):
+    ``[{status, label, colour, infrastructure}]``."""
+    return [{"status": o.value, "label": o.label + (" (infra)" if o.infrastructure else ""),
+             "colour": HEALTH_COLOURS.get(o, "#6b7280"), "infrastructure": o.infrastructure} for o in Outcome]
 
 
 def iso(dt) -> str | None:
@@ -42,10 +51,10 @@ def queue(run: Run) -> dict | None:
 
     Counts every user's runs (the queue is shared) but names none of them.
     """
-    if run.status != "queued":
+    if run.status != Run.Status.QUEUED:
         return None
-    ahead = Run.objects.filter(status="queued", created__lt=run.created).count()
-    running = Run.objects.filter(status__in=("running", "cancelling")).count()
+    ahead = Run.objects.filter(status=Run.Status.QUEUED, created__lt=run.created).count()
+    running = Run.objects.filter(status__in=SUPERVISED_STATUSES).count()
     return {"position": ahead + 1, "running": running}
 
 
@@ -66,7 +75,7 @@ def experiment_rows(runs) -> list[dict]:
     for run in runs:
         points = by_run.get(run.pk, [])
         reward = (run.latest_metrics or {}).get("reward/mean")
-        end = run.finished or (now if run.status in ("running", "cancelling") else None)
+        end = run.finished or (now if run.status in SUPERVISED_STATUSES else None)
         rows.append({"run": run, "before": points[0][1] if points else None,
                      "after": points[-1][1] if len(points) > 1 else None,
                      "best": max(p for _, p in points) if points else None,
@@ -104,11 +113,29 @@ def metrics(run: Run) -> list[dict]:
     return [{"step": step, "metrics": m, "time": t} for step, m, t in rows]
 
 
-def problems(run: Run) -> list[dict]:
-    return [{"problem_id": pid, "split": split, "pass_rate": rate, "history": history, "zero_variance_groups": zv,
-             "pass_rate_turn1": turn1}
-            for pid, split, rate, history, zv, turn1 in ProblemStat.objects.filter(run=run).order_by("problem_id")
-            .values_list("problem_id", "split", "pass_rate", "history", "zero_variance_groups", "pass_rate_turn1")]
+PROBLEM_ROW = ("problem_id", "split", "pass_rate", "history", "zero_variance_groups", "pass_rate_turn1")
+"""A row of the run page's per-problem table (and of ``GET /api/runs/{id}/problems``), as stored."""
+
+
+def problems(run: Run | int, problem_ids=None) -> list[dict]:
+    """The per-problem table, or its rows for ``problem_ids``."""
+    rows = ProblemStat.objects.filter(run=run)
+    if problem_ids is not None:
+        rows = rows.filter(problem_id__in=list(problem_ids))
+    return [dict(zip(PROBLEM_ROW, row)) for row in rows.order_by("problem_id").values_list(*PROBLEM_ROW)]
+
+
+def event_read_models(run: Run | int, event: dict) -> dict:
+    """What a live ``problem`` or ``eval`` message carries besides the event: the per-problem table's rows
+    the event changed, as stored (``problem_row``; an evaluation's ``problem_rows``), and after a
+    ``problem`` event the sandbox-health counts (``health``). The run page draws them as given."""
+    kind = event.get("event")
+    if kind == "problem" and isinstance(event.get("problem_id"), str):
+        rows = problems(run, [event["problem_id"]])
+        return {"health": sandbox_health(run)} | ({"problem_row": rows[0]} if rows else {})
+    if kind == "eval" and isinstance(event.get("per_problem"), dict) and event["per_problem"]:
+        return {"problem_rows": problems(run, [str(pid) for pid in event["per_problem"]])}
+    return {}
 
 
 MAP_STATUSES = ("became_solved", "never_solved", "solved_from_start")
@@ -193,17 +220,17 @@ def checkpoints(run: Run) -> list[dict]:
              "heldout_pass_at_1": at.get(c.step), "best": c.pk in best} for c in rows]
 
 
-def sandbox_health(run: Run) -> dict:
-    """Outcomes of the training candidates (as the page counts them from live ``problem`` events) split
-    into infrastructure failures and the candidates' own failures."""
+def sandbox_health(run: Run | int) -> dict:
+    """Outcomes of the training candidates (the run page's sandbox-health panel, sent again with every live
+    ``problem`` event) split into infrastructure failures and the candidates' own failures."""
     by_status = (Candidate.objects.filter(run=run, phase=Candidate.Phase.TRAIN).values("status")
                  .annotate(n=Count("id")))
     counts = {row["status"]: row["n"] for row in by_status}
     return {"counts": counts, "total": sum(counts.values()),
             "infrastructure": sum(counts.get(s, 0) for s in INFRASTRUCTURE),
-            "wrong_answer": counts.get("failed", 0),
-            "errors": counts.get("error", 0) + counts.get("syntax_error", 0),
-            "timeouts": counts.get("timeout", 0), "passed": counts.get("passed", 0)}
+            "wrong_answer": counts.get(Outcome.FAILED, 0),
+            "errors": counts.get(Outcome.ERROR, 0) + counts.get(Outcome.SYNTAX_ERROR, 0),
+            "timeouts": counts.get(Outcome.TIMEOUT, 0), "passed": counts.get(Outcome.PASSED, 0)}
 
 
 def headline(run_evals: list[dict], split: str = "heldout") -> dict | None:

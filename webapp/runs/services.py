@@ -9,7 +9,8 @@
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
   the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
-  ``mismatch_warning``, see ``runtime.step_message_extras``). Each line is read with training's
+  ``mismatch_warning``, see ``runtime.step_message_extras``; a ``problem`` or ``eval`` with the table rows
+  it changed, see ``queries.event_read_models``). Each line is read with training's
   ``parse_event`` and stored as its definition writes it (old names read as the new ones); a line that
   does not parse is stored as written and changes no read model. The stored and broadcast copy of a
   ``problem`` or ``eval`` event is its summary (``event_summary``): candidates live in their rows.
@@ -42,6 +43,7 @@ from webapp.core.text import name_problem
 from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
 from webapp.problems.services import write_problems_jsonl
 
+from . import queries
 from .checkpoints import STATE_DIR, resolve_checkpoint_dir
 from .config import merge_config, trainer_config, validate_config
 from .event_summary import summarize
@@ -200,18 +202,20 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if kind == "done" and apply_done:
         status = event.get("status")
         if status not in FINISHED_STATUSES:
-            status, error = "failed", f"trainer wrote done with unknown status {status!r}"
+            status, error = Run.Status.FAILED, f"trainer wrote done with unknown status {status!r}"
         else:
             error = event.get("error") or ""
-        if status == "failed" and Run.objects.filter(pk=run.pk, status=Run.Status.CANCELLING).exists():
+        if status == Run.Status.FAILED and Run.objects.filter(pk=run.pk, status=Run.Status.CANCELLING).exists():
             # The user asked to stop; whatever the stop interrupted (a model load, a hub retry) is no failure.
-            status, error = "cancelled", f"cancelled; the trainer stopped with: {error}" if error else ""
+            status, error = Run.Status.CANCELLED, f"cancelled; the trainer stopped with: {error}" if error else ""
         finish_run(run, status, error)
-    if kind == "start" and run.status == "running":
+    if kind == "start" and run.status == Run.Status.RUNNING:
         notify_status(run)
     if broadcast:
+        # The rows this event changed as stored just now (this run's events are ingested one at a time).
+        read_models = queries.event_read_models(run, event) if parsed is not None else {}
         broadcast_event(run.pk, {**summarize(event), "run_id": run.pk, "seq": seq,
-                                 **step_message_extras(event, run.config)})
+                                 **step_message_extras(event, run.config), **read_models})
     return True
 
 

@@ -31,7 +31,7 @@ from webapp.core import trainer_process
 from webapp.core.trainer_process import STALE_AFTER, EventFollower, pid_alive, signal_group
 
 from . import model_refs, services
-from .models import Run, TransitionError
+from .models import SUPERVISED_STATUSES, Run, TransitionError
 
 log = logging.getLogger("crucible.runs")
 
@@ -100,7 +100,7 @@ def supervise_run(run_id: int) -> str:
         run = Run.objects.get(pk=run_id)
     except Run.DoesNotExist:
         return f"run {run_id} does not exist"
-    if run.status in ("running", "cancelling"):
+    if run.status in SUPERVISED_STATUSES:
         if supervisor_is_alive(run) and not (run.worker_host == host and run.worker_pid == pid):
             return f"run {run_id} is already supervised by {run.worker_host}:{run.worker_pid}"
         return adopt_lost_run(run, host=host, pid=pid)
@@ -113,12 +113,12 @@ def supervise_run(run_id: int) -> str:
     refused = launch_problem(run)
     if refused:  # found in seconds, before the trainer loads a model that could not be trained
         follower.close()
-        services.finish_run(run, "failed", refused)
+        services.finish_run(run, Run.Status.FAILED, refused)
         return f"run {run_id} refused: {refused}"
     try:
         proc = start_trainer(run, resume=run.resume_count > 0)
     except OSError as exc:
-        services.finish_run(run, "failed", f"could not start the trainer: {exc}")
+        services.finish_run(run, Run.Status.FAILED, f"could not start the trainer: {exc}")
         return f"run {run_id} failed to start"
     Run.objects.filter(pk=run.pk).update(trainer_pid=proc.pid)
     attempt = run.resume_count
@@ -213,7 +213,7 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
             last_check = now
             status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
             Run.objects.filter(pk=run.pk).update(heartbeat=timezone.now())
-            if status == "cancelling" and term_sent is None:
+            if status == Run.Status.CANCELLING and term_sent is None:
                 signal_group(proc.pid, signal.SIGTERM)
                 term_sent = now
             elif status is None:  # the run was deleted
@@ -230,13 +230,13 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
         return f"run {run.pk} was resumed while its previous trainer exited; left to the new attempt"
     if done_seen and run.is_finished:
         return f"run {run.pk} {run.status}"
-    if run.status == "cancelling":
-        services.finish_run(run, "cancelled", f"the trainer stopped without its final record (exit code {rc})"
+    if run.status == Run.Status.CANCELLING:
+        services.finish_run(run, Run.Status.CANCELLED, f"the trainer stopped without its final record (exit code {rc})"
                             if stepped else "cancelled while the trainer was starting (before its first step)")
     else:
         tail = stderr_tail(run)
         how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-        services.finish_run(run, "failed", f"the trainer exited ({how}) before finishing"
+        services.finish_run(run, Run.Status.FAILED, f"the trainer exited ({how}) before finishing"
                             + (f":\n{tail}" if tail else ""))
     return f"run {run.pk} {run.status}"
 
@@ -299,17 +299,17 @@ def finish_lost_run(run: Run, reason: str) -> bool:
     """
     done = attempt_done(run)
     run.refresh_from_db()
-    if done and done.get("status") in ("succeeded", "failed"):
+    if done and done.get("status") in (Run.Status.SUCCEEDED, Run.Status.FAILED):  # the trainer's verdict
         return services.finish_run(run, done["status"], str(done.get("error") or ""))
     if run.status == Run.Status.CANCELLING:
-        return services.finish_run(run, "cancelled", "")
+        return services.finish_run(run, Run.Status.CANCELLED, "")
     checkpoint = run.checkpoints.order_by("-step").first()
     saved = f"its last checkpoint is step {checkpoint.step}" if checkpoint else "it saved no checkpoint"
     if run.auto_resume:
-        return services.finish_run(run, "failed", f"{reason}; {saved}. The run resumes automatically from there "
-                                                   "when a gpu worker is back.")
+        return services.finish_run(run, Run.Status.FAILED, f"{reason}; {saved}. The run resumes automatically "
+                                                           "from there when a gpu worker is back.")
     tail = stderr_tail(run) if run.run_dir else ""
-    return services.finish_run(run, "failed", f"{reason}; {saved}, and resume continues from there"
+    return services.finish_run(run, Run.Status.FAILED, f"{reason}; {saved}, and resume continues from there"
                                + (f"\nlast trainer stderr:\n{tail}" if tail else ""))
 
 
@@ -342,7 +342,7 @@ def adopt_lost_run(run: Run, *, host: str, pid: int) -> str:
     reason = f"the worker supervising this run ({lost}) died"
     if run.worker_host == host and is_trainer_of(run.trainer_pid, run):
         taken = Run.objects.filter(pk=run.pk, worker_host=run.worker_host, worker_pid=run.worker_pid,
-                                   status__in=(Run.Status.RUNNING, Run.Status.CANCELLING)) \
+                                   status__in=SUPERVISED_STATUSES) \
             .update(worker_pid=pid, heartbeat=timezone.now())
         if not taken:
             return f"run {run.pk} was taken over by another supervisor"
@@ -363,7 +363,7 @@ def fail_lost_runs() -> list[int]:
     their verdict (see ``settle_lost_run``); then the runs a shutdown stopped are resumed. Returns the
     ids of the runs given a verdict."""
     lost = []
-    for run in Run.objects.filter(status__in=("running", "cancelling")):
+    for run in Run.objects.filter(status__in=SUPERVISED_STATUSES):
         if not supervisor_is_alive(run):
             where = f"{run.worker_host}:{run.worker_pid}" if run.worker_host else "unknown worker"
             if settle_lost_run(run, f"the worker supervising this run ({where}) died"):

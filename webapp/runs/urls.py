@@ -5,6 +5,7 @@ from . import views
 urlpatterns = [
     path("runs/", views.run_list, name="run-list"),
     path("runs/new", views.run_new, name="run-new"),
+    path("runs/new/set-issues", views.run_new_set_issues, name="run-new-set-issues"),
     path("runs/compare", views.run_compare, name="run-compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/edit", views.run_edit, name="run-edit"),

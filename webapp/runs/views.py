@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -20,12 +20,13 @@ from training.config import ConfigError, RewardWeights
 from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
 from webapp.core.text import name_problem, text_problem
+from webapp.problems.models import ProblemSet
 
 from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
 from .config import default_config, merge_config
-from .forms import RunForm, flatten, set_warnings
-from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError
+from .forms import RunForm, flatten, set_warnings, sets_issues
+from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError, status_groups
 from .presets import get_preset, presets
 from .trajectory import turn_views
 
@@ -41,7 +42,7 @@ def _run(request: HttpRequest, run_id: int) -> Run:
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.visible_to(request.user).select_related("problem_set", "owner").order_by("-created")
-    return render(request, "runs/list.html", {"rows": queries.experiment_rows(runs)})
+    return render(request, "runs/list.html", {"rows": queries.experiment_rows(runs), "run_statuses": status_groups()})
 
 
 @require_POST
@@ -118,12 +119,29 @@ def run_new(request: HttpRequest) -> HttpResponse:
     flat_presets = [{"name": p["name"], "title": p["title"], "description": p.get("description", ""),
                      "values": flatten(merge_config(default_config(), p["config"]))}
                     for p in presets() + ([preset] if clone else [])]
-    # What each set lacks, for the launch bar to say before Launch is pressed (the server asks again).
-    set_facts = {ps.pk: {"name": ps.name, "train": ps.train_count, "issues": set_warnings(ps, None, short=True)}
-                 for ps in form.fields["problem_set"].queryset}
+    # What each set lacks (forms.set_warnings), for the launch bar to say before Launch is pressed (the
+    # server asks again): at the form's problems_per_step and at each preset's, so that a preset click
+    # answers at once; any other value the page asks of GET /runs/new/set-issues.
+    sets = list(form.fields["problem_set"].queryset)
+    steps = {int_param(str(form["sampling.problems_per_step"].value()))}
+    steps |= {p["values"].get("sampling.problems_per_step") for p in flat_presets}
+    set_facts = {"names": {ps.pk: ps.name for ps in sets},
+                 "issues": {"" if n is None else str(n): sets_issues(sets, n)
+                            for n in steps if n is None or isinstance(n, int)}}
     return render(request, "runs/new.html", {"form": form, "presets": flat_presets, "preset": preset,
                                              "launch_warnings": warnings, "warnings_digest": _digest(warnings),
                                              "set_facts": set_facts})
+
+
+@require_GET
+def run_new_set_issues(request: HttpRequest) -> JsonResponse:
+    """JSON for the new-run form: ``{problems_per_step, sets: {id: [short warnings]}}`` for the user's sets
+    at ``?problems_per_step=N`` (``forms.set_warnings``, as the form's submit asks it)."""
+    per_step = int_param(request.GET.get("problems_per_step") or "")
+    if per_step is not None and per_step < 1:
+        per_step = None
+    sets = ProblemSet.objects.visible_to(request.user)
+    return JsonResponse({"problems_per_step": per_step, "sets": sets_issues(sets, per_step)})
 
 
 def _weight_params(request: HttpRequest) -> dict[str, float]:
@@ -173,7 +191,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": queries.run_list_item(run) | {"error": run.error or None, "started": queries.iso(run.started),
                                              "queue": queries.queue(run)},
         "evals": run_evals, "checkpoints": queries.checkpoints(run), "health": queries.sandbox_health(run),
-        "last_seq": -1 if last_seq is None else last_seq,
+        "outcomes": queries.outcome_rows(), "last_seq": -1 if last_seq is None else last_seq,
         "mismatch_kl_threshold": runtime.MISMATCH_KL_WARN, "config_facts": _config_facts(run.config),
         "mismatch_warning": latest and runtime.mismatch_warning(latest[1], latest[0],
                                                                 tis_cap=runtime.tis_cap_of(run.config)),
@@ -188,7 +206,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "integrity": integrity.panel(run),
         "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
         # the registry of step metrics names the charts and their lines; repair only on multi-turn runs
-        "metric_registry": metric_registry.registry_json(),
+        "metric_registry": metric_registry.registry_json(), "run_statuses": status_groups(),
         "charts": [c.name for c in metric_registry.CHARTS if c.name != "repair" or _turns_of(run.config) > 1],
         # "Compare with…": the newest runs this user sees, those on the same problem set first.
         "compare_candidates": sorted(

@@ -63,7 +63,8 @@ def test_a_large_api_upload_answers_202_and_is_parsed_by_the_import_task(
     assert not services.upload_dir(ps.pk).exists()
     detail = client_alice.get(f"/api/problem-sets/{ps.pk}").json()
     assert detail["import"] == {"status": "done", "read_bytes": len(content), "total_bytes": len(content),
-                                "lines": detail["import"]["lines"], "problems": 100, "errors": []}
+                                "lines": detail["import"]["lines"], "problems": 100, "errors": [],
+                                "in_progress": False, "progress_text": ""}
     assert import_problem_set(ps.pk).problem_count == 100  # a redelivered task changes nothing
 
 

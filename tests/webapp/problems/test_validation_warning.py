@@ -34,3 +34,30 @@ def test_a_clean_set_stays_done(client_alice, user):
     ProblemSet.objects.filter(pk=ps.pk).update(validation_status="done", validation_passed=4)
     html = client_alice.get("/problem-sets/").content.decode()
     assert '<span class="status status-done" data-validation-status>done</span>' in html
+
+
+def test_the_api_and_the_notification_carry_the_badge_the_pages_draw(client_alice, failing_set, monkeypatch):
+    from webapp.problems import services
+
+    listed = next(ps for ps in client_alice.get("/api/problem-sets").json() if ps["id"] == failing_set.pk)
+    assert listed["validation"]["badge"] == {"state": "warning", "text": "1 failing"}
+    assert listed["validation"]["in_progress"] is False
+    assert listed["list_row"] == {"badge": {"state": "warning", "text": "1 failing"}, "text": "3 ok, 1 failing",
+                                  "in_progress": False}
+    sent = []
+    monkeypatch.setattr(services, "notify_owner", lambda ps, payload: sent.append(payload))
+    services.notify_validation(ProblemSet.objects.get(pk=failing_set.pk))
+    assert sent[0]["badge"] == {"state": "warning", "text": "1 failing"}
+    assert sent[0]["progress_text"] == "3 problems ok, 1 failing"
+    assert sent[0]["list_row"] == listed["list_row"]
+
+
+def test_a_running_validation_is_followed_with_the_servers_line(client_alice, user):
+    from webapp.problems import services
+
+    ps = make_problem_set(user, "running")
+    ProblemSet.objects.filter(pk=ps.pk).update(validation_status="running", validation_checked=2, validation_passed=2)
+    state = services.validation_state(ProblemSet.objects.get(pk=ps.pk))
+    assert state["in_progress"] is True and state["badge"] == {"state": "running", "text": "running"}
+    assert state["progress_text"] == "running the reference and empty solutions: 2 of 4 checked, 2 ok, 0 failing…"
+    assert services.list_row(ProblemSet.objects.get(pk=ps.pk))["text"] == "2 of 4 checked"

@@ -73,3 +73,27 @@ def test_the_launch_bar_sits_with_the_chosen_preset(client_alice, problem_set):
     html = client_alice.get("/runs/new?preset=qwen3.5-9b-lora-80gb").content.decode()
     assert 'id="launch-bar"' in html and 'data-preset="qwen3.5-9b-lora-80gb"' in html
     assert 'name="preset" value="qwen3.5-9b-lora-80gb"' in html
+
+
+def test_the_form_asks_the_server_what_each_set_lacks_at_a_problems_per_step(client_alice, user):
+    scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
+    answer = client_alice.get("/runs/new/set-issues?problems_per_step=8").json()
+    assert answer == {"problems_per_step": 8, "sets": {str(scratch.pk): [
+        "no held-out problems", "only 4 train problems for problems_per_step 8"]}}
+    assert client_alice.get("/runs/new/set-issues?problems_per_step=4").json()["sets"][str(scratch.pk)] == [
+        "no held-out problems"]
+    assert client_alice.get("/runs/new/set-issues?problems_per_step=x").json()["problems_per_step"] is None
+
+
+def test_the_form_page_comes_with_the_answers_at_its_own_and_the_presets_problems_per_step(client_alice, user):
+    import json
+    import re
+
+    scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
+    html = client_alice.get(f"/runs/new?problem_set={scratch.pk}").content.decode()
+    facts = json.loads(re.search(r'<script id="sets-data" type="application/json">(.*?)</script>', html,
+                                 re.S).group(1))
+    assert facts["names"] == {str(scratch.pk): "scratch upload"}
+    assert facts["issues"]["8"][str(scratch.pk)] == ["no held-out problems",
+                                                     "only 4 train problems for problems_per_step 8"]
+    assert facts["issues"]["32"][str(scratch.pk)][-1] == "only 4 train problems for problems_per_step 32"

@@ -116,3 +116,45 @@ def test_a_problem_event_stored_before_solve_rate_is_replayed_with_it():
     assert message == {**old, "solve_rate": 0.5, "run_id": 7, "seq": 3}
     current = {**old, "solve_rate": 0.5}
     assert json.loads(replay_message(7, 3, "problem", json.dumps(current), {})) == {**current, "run_id": 7, "seq": 3}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_live_problem_and_eval_messages_carry_the_rows_the_server_stored():
+    from webapp.runs import queries
+
+    from .conftest import eval_event
+
+    _, run, token = await sync_to_async(setup_run)()
+    communicator, connected, _ = await connect(run, token)
+    assert connected
+    await receive_all(communicator, timeout=0.3)
+    await sync_to_async(ingest_event)(run, problem_event(1, statuses=("passed", "timeout")), seq=0)
+    await sync_to_async(ingest_event)(run, problem_event(2, statuses=("failed", "failed")), seq=1)
+    await sync_to_async(ingest_event)(run, eval_event(2, 0.5, per_problem={"add-3": 0.5}), seq=2)
+    problem1, problem2, evaluation = await receive_all(communicator, timeout=1.0)
+    stored = {row["problem_id"]: row for row in await sync_to_async(queries.problems)(run)}
+    assert problem2["problem_row"] == stored["HumanEval/0"]
+    assert problem2["problem_row"]["history"] == [[1, 0.5], [2, 0.0]]
+    assert problem1["problem_row"]["history"] == [[1, 0.5]]  # as stored when that event was
+    assert problem2["health"] == await sync_to_async(queries.sandbox_health)(run)
+    assert problem2["health"]["counts"] == {"passed": 1, "timeout": 1, "failed": 2}
+    assert evaluation["problem_rows"] == [stored["add-3"]]
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_replayed_page_carries_each_changed_row_once_as_stored_now():
+    from webapp.runs import queries
+
+    _, run, token = await sync_to_async(setup_run)()
+    events = [problem_event(1), problem_event(1, "add-1"), problem_event(2), step_event(2)]
+    for seq, e in enumerate(events):
+        await sync_to_async(ingest_event)(run, e, seq=seq, broadcast=False)
+    communicator, connected, _ = await connect(run, token)
+    replayed = await receive_all(communicator, timeout=0.5)
+    stored = {row["problem_id"]: row for row in await sync_to_async(queries.problems)(run)}
+    assert ["problem_row" in m for m in replayed] == [False, True, True, False]
+    assert replayed[1]["problem_row"] == stored["add-1"] and replayed[2]["problem_row"] == stored["HumanEval/0"]
+    assert ["health" in m for m in replayed] == [False, False, True, False]
+    assert replayed[2]["health"] == await sync_to_async(queries.sandbox_health)(run)
+    await communicator.disconnect()
