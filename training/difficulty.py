@@ -3,12 +3,16 @@ architectures and the difficulty probe").
 
 ``python -m training probe`` writes one JSON line per problem, then a summary line::
 
-    {"problem_id": "two-sum", "samples": 8, "passed": 3, "pass_rate": 0.375}
+    {"problem_id": "two-sum", "samples": 8, "passed": 3, "solve_rate": 0.375, "pass_rate": 0.375}
     ...
-    {"summary": {"problems": 194, "unsolved": 61, "solved": 12, "mean_pass_rate": 0.21, ...}}
+    {"summary": {"problems": 194, "unsolved": 61, "solved": 12, "mean_solve_rate": 0.21, "mean_pass_rate": 0.21, ...}}
 
-A problem is *unsolved* when none of its samples passed (pass rate 0) and *solved* when every one
-did (pass rate 1). GRPO learns nothing from either: every candidate of its group gets the same
+``solve_rate`` is the share of the problem's samples that passed every test (the quantity a run's
+``problem`` events call ``solve_rate`` too); ``pass_rate`` and ``mean_pass_rate`` are its names from before
+the rename, still written for the readers that use them, and a file that has only them still reads.
+
+A problem is *unsolved* when none of its samples passed (solve rate 0) and *solved* when every one
+did (solve rate 1). GRPO learns nothing from either: every candidate of its group gets the same
 reward, so every advantage is zero. A run's ``difficulty`` config drops them from the train split
 before the first step (held-out problems are never touched: they measure the run).
 
@@ -24,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-RESULT_KEYS = ("problem_id", "samples", "passed", "pass_rate")
-SUMMARY_KEYS = ("problems", "unsolved", "solved", "mean_pass_rate")
+RESULT_KEYS = ("problem_id", "samples", "passed", "solve_rate")
+SUMMARY_KEYS = ("problems", "unsolved", "solved", "mean_solve_rate")
+OLD_NAMES = {"solve_rate": "pass_rate", "mean_solve_rate": "mean_pass_rate"}
+"""The names before the rename: written beside the new ones, and read when a file has only them."""
 
 
 class ProbeFileError(ValueError):
@@ -49,7 +55,7 @@ class ProblemDifficulty:
     passed: int
 
     @property
-    def pass_rate(self) -> float:
+    def solve_rate(self) -> float:
         return self.passed / self.samples
 
     @property
@@ -62,7 +68,7 @@ class ProblemDifficulty:
 
     def to_dict(self) -> dict:
         return {"problem_id": self.problem_id, "samples": self.samples, "passed": self.passed,
-                "pass_rate": self.pass_rate}
+                "solve_rate": self.solve_rate, "pass_rate": self.solve_rate}
 
 
 @dataclass(frozen=True)
@@ -77,12 +83,12 @@ class ProbeReport:
 
 
 def summarize(results: Sequence[ProblemDifficulty], **extra: Any) -> dict:
-    """The summary line's object: counts of problems, unsolved (pass rate 0) and solved (1), and the
-    mean pass rate over problems; ``extra`` (model, samples, split) is appended."""
+    """The summary line's object: counts of problems, unsolved (solve rate 0) and solved (1), and the
+    mean solve rate over problems; ``extra`` (model, samples, split) is appended."""
     n = len(results)
+    mean = sum(r.solve_rate for r in results) / n if n else 0.0
     return {"problems": n, "unsolved": sum(r.unsolved for r in results),
-            "solved": sum(r.solved for r in results),
-            "mean_pass_rate": sum(r.pass_rate for r in results) / n if n else 0.0, **extra}
+            "solved": sum(r.solved for r in results), "mean_solve_rate": mean, "mean_pass_rate": mean, **extra}
 
 
 def read_probe(path: str | Path) -> ProbeReport:
@@ -137,7 +143,14 @@ def parse_probe(lines: Iterable[str], name: str = "probe") -> ProbeReport:
     return ProbeReport(tuple(results), summary)
 
 
-def _result(obj: dict, where: str) -> ProblemDifficulty:
+def with_new_names(obj: dict) -> dict:
+    """``obj`` (a probe line or summary) with each renamed field under its new name too (from its old one when
+    it has only that: a file or a stored probe from before the rename)."""
+    return {**{new: obj[old] for new, old in OLD_NAMES.items() if new not in obj and old in obj}, **obj}
+
+
+def _result(written: dict, where: str) -> ProblemDifficulty:
+    obj = with_new_names(written)
     missing = [k for k in RESULT_KEYS if k not in obj]
     if missing:
         raise ProbeFileError(f"{where}: missing field {missing[0]} (a probe line has {', '.join(RESULT_KEYS)})")
@@ -148,21 +161,26 @@ def _result(obj: dict, where: str) -> ProblemDifficulty:
         raise ProbeFileError(f"{where}: field samples must be an integer >= 1, got {samples!r}")
     if not _int(passed) or not 0 <= passed <= samples:
         raise ProbeFileError(f"{where}: field passed must be an integer from 0 to samples ({samples}), got {passed!r}")
-    if not _number(rate) or not math.isclose(rate, passed / samples, abs_tol=1e-6):
-        raise ProbeFileError(f"{where}: field pass_rate must be passed / samples ({passed / samples:g}), got {rate!r}")
+    for key in ("solve_rate", "pass_rate"):  # each name the line has (both, in files written since the rename)
+        if key not in written:
+            continue
+        rate = written[key]
+        if not _number(rate) or not math.isclose(rate, passed / samples, abs_tol=1e-6):
+            raise ProbeFileError(f"{where}: field {key} must be passed / samples ({passed / samples:g}), got {rate!r}")
     return ProblemDifficulty(pid, samples, passed)
 
 
 def _summary(obj: Any, where: str) -> dict:
     if not isinstance(obj, dict):
         raise ProbeFileError(f"{where}: field summary must be an object, got {obj!r}")
+    obj = with_new_names(obj)
     for key in SUMMARY_KEYS:
         if key not in obj:
             raise ProbeFileError(f"{where}: summary has no field {key}")
         value = obj[key]
-        if not (_number(value) if key == "mean_pass_rate" else _int(value) and value >= 0):
-            raise ProbeFileError(f"{where}: summary field {key} must be a {'number' if key == 'mean_pass_rate' else 'count'}, "
-                                 f"got {value!r}")
+        rate = key == "mean_solve_rate"
+        if not (_number(value) if rate else _int(value) and value >= 0):
+            raise ProbeFileError(f"{where}: summary field {key} must be a {'number' if rate else 'count'}, got {value!r}")
     return dict(obj)
 
 

@@ -35,9 +35,19 @@ def write_probe(path, *rows):
 
 def test_a_probe_output_parses_into_results_and_summary():
     report = parse_probe(probe_lines(("a", 4, 0), ("b", 4, 4), ("c", 4, 1)))
-    assert [(r.problem_id, r.pass_rate) for r in report.results] == [("a", 0.0), ("b", 1.0), ("c", 0.25)]
-    assert report.summary == {"problems": 3, "unsolved": 1, "solved": 1, "mean_pass_rate": pytest.approx(1.25 / 3),
-                              "samples": 4}
+    assert [(r.problem_id, r.solve_rate) for r in report.results] == [("a", 0.0), ("b", 1.0), ("c", 0.25)]
+    mean = pytest.approx(1.25 / 3)
+    assert report.summary == {"problems": 3, "unsolved": 1, "solved": 1, "mean_solve_rate": mean,
+                              "mean_pass_rate": mean, "samples": 4}  # the old name, still written beside it
+
+
+def test_a_probe_file_from_before_the_rename_reads_with_the_new_names():
+    old = ['{"problem_id": "a", "samples": 4, "passed": 1, "pass_rate": 0.25}',
+           '{"summary": {"problems": 1, "unsolved": 0, "solved": 0, "mean_pass_rate": 0.25}}']
+    report = parse_probe(old)
+    assert report.results[0].solve_rate == 0.25 and report.summary["mean_solve_rate"] == 0.25
+    with pytest.raises(ProbeFileError, match=r"line 1: field pass_rate must be passed / samples \(0.25\)"):
+        parse_probe(['{"problem_id": "a", "samples": 4, "passed": 1, "solve_rate": 0.25, "pass_rate": 0.5}', old[1]])
 
 
 def test_a_file_without_its_summary_line_is_an_interrupted_probe(tmp_path):
@@ -50,10 +60,11 @@ def test_a_file_without_its_summary_line_is_an_interrupted_probe(tmp_path):
 @pytest.mark.parametrize("line, message", [
     ("not json", "line 2: not JSON"),
     ('["a"]', "line 2: expected a JSON object"),
-    ('{"problem_id": "b", "samples": 4, "passed": 1}', "line 2: missing field pass_rate"),
+    ('{"problem_id": "b", "samples": 4, "passed": 1}', "line 2: missing field solve_rate"),
     ('{"problem_id": "b", "samples": 0, "passed": 0, "pass_rate": 0}', "line 2: field samples must be an integer >= 1"),
     ('{"problem_id": "b", "samples": 4, "passed": 5, "pass_rate": 1.25}', "line 2: field passed must be"),
     ('{"problem_id": "b", "samples": 4, "passed": 1, "pass_rate": 0.5}', r"line 2: field pass_rate must be passed / samples \(0.25\)"),
+    ('{"problem_id": "b", "samples": 4, "passed": 1, "solve_rate": 1}', r"line 2: field solve_rate must be passed / samples"),
     ('{"problem_id": "a", "samples": 4, "passed": 1, "pass_rate": 0.25}', "line 2: problem_id 'a' again \\(first on line 1\\)"),
     ('{"problem_id": 7, "samples": 4, "passed": 1, "pass_rate": 0.25}', "line 2: field problem_id must be"),
 ])

@@ -36,18 +36,19 @@ def test_probe_prints_one_line_per_problem_then_the_summary(tiny_model_dir, prob
                                  "--samples", 3, "--set", STOP, "--set", "sampling.max_new_tokens=8", "--out", out)
     assert code == 0, err
     rows = [json.loads(line) for line in lines]
-    assert [tuple(r) for r in rows[:-1]] == [RESULT_KEYS] * 3
+    assert [tuple(r) for r in rows[:-1]] == [(*RESULT_KEYS, "pass_rate")] * 3  # the old name last, beside the new
     by_id = {r["problem_id"]: r for r in rows[:-1]}
     assert list(by_id) == ["free", "impossible", "add"]
-    assert by_id["free"] == {"problem_id": "free", "samples": 3, "passed": 3, "pass_rate": 1.0}
-    assert by_id["impossible"] == {"problem_id": "impossible", "samples": 3, "passed": 0, "pass_rate": 0.0}
-    assert 0 <= by_id["add"]["passed"] <= 3 and by_id["add"]["pass_rate"] == by_id["add"]["passed"] / 3
+    assert by_id["free"] == {"problem_id": "free", "samples": 3, "passed": 3, "solve_rate": 1.0, "pass_rate": 1.0}
+    assert by_id["impossible"] == {"problem_id": "impossible", "samples": 3, "passed": 0, "solve_rate": 0.0,
+                                   "pass_rate": 0.0}
+    assert 0 <= by_id["add"]["passed"] <= 3 and by_id["add"]["solve_rate"] == by_id["add"]["passed"] / 3
     summary = rows[-1]["summary"]
     assert tuple(summary)[:4] == SUMMARY_KEYS
     assert summary["problems"] == 3
     assert summary["unsolved"] == 1 + (by_id["add"]["passed"] == 0)
     assert summary["solved"] == 1 + (by_id["add"]["passed"] == 3)
-    assert summary["mean_pass_rate"] == pytest.approx((1 + by_id["add"]["pass_rate"]) / 3)
+    assert summary["mean_solve_rate"] == pytest.approx((1 + by_id["add"]["solve_rate"]) / 3)
     assert summary["samples"] == 3 and summary["split"] == "all" and summary["model"] == str(tiny_model_dir)
     # the file holds the same lines, and reads back as a probe output
     assert out.read_text().splitlines() == lines

@@ -93,7 +93,8 @@ class Validation(Schema):
 
 class ProbeRow(Schema):
     problem_id: str
-    pass_rate: float = Field(description="passed / samples")
+    solve_rate: float = Field(description="passed / samples: the share of the samples that passed every test")
+    pass_rate: float = Field(description="the same as solve_rate, under its name before the rename")
     passed: int
     samples: int
 
@@ -107,7 +108,8 @@ class ProbeState(Schema):
     done: int = Field(description="problems probed so far (progress)")
     total: int = Field(description="problems to probe")
     error: str
-    summary: dict | None = Field(description="the probe's summary line: problems, unsolved, solved, mean_pass_rate")
+    summary: dict | None = Field(description="the probe's summary line: problems, unsolved, solved, "
+                                              "mean_solve_rate (and mean_pass_rate, its name before the rename)")
     reference: str = Field(description="how a run config names this probe: difficulty.probe")
     created: str
     finished: str | None

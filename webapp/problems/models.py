@@ -5,6 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.template.defaultfilters import filesizeformat, pluralize
 
+from training import difficulty
+
 from webapp.core.models import OwnedQuerySet
 
 
@@ -224,5 +226,10 @@ class Probe(models.Model):
         """How a run config names this probe (`difficulty.probe`)."""
         return f"probe:{self.pk}"
 
-    def pass_rates(self) -> dict[str, float]:
-        return {r["problem_id"]: r["pass_rate"] for r in self.results}
+    def solve_rates(self) -> dict[str, float]:
+        """Each problem's solve rate: the share of its samples that passed every test."""
+        return {r["problem_id"]: r["passed"] / r["samples"] for r in self.results}
+
+    def summary_now(self) -> dict | None:
+        """The summary line with today's names (a probe stored before the rename has only `mean_pass_rate`)."""
+        return difficulty.with_new_names(self.summary) if self.summary else None

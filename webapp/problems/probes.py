@@ -315,11 +315,13 @@ def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
         return None
     state = {"id": probe.pk, "status": probe.status, "model": probe.model, "adapter": probe.adapter or None,
              "samples": probe.samples, "done": probe.done, "total": probe.total, "error": probe.error,
-             "summary": probe.summary or None, "reference": probe.reference,
+             "summary": probe.summary_now(), "reference": probe.reference,
              "in_progress": probe.in_progress, "progress_text": probe.progress_text,
              "created": probe.created.isoformat(), "finished": probe.finished.isoformat() if probe.finished else None}
-    state["results"] = [{"problem_id": r["problem_id"], "pass_rate": r["pass_rate"], "passed": r["passed"],
-                         "samples": r["samples"]} for r in probe.results] if results else []
+    rates = probe.solve_rates()
+    state["results"] = [{"problem_id": r["problem_id"], "solve_rate": rates[r["problem_id"]],
+                         "pass_rate": rates[r["problem_id"]], "passed": r["passed"], "samples": r["samples"]}
+                        for r in probe.results] if results else []
     return state
 
 

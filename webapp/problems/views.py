@@ -124,7 +124,7 @@ def probe_context(request: HttpRequest, problem_set: ProblemSet, page, probe_for
     context = {"probe": latest, "probe_done": finished,
                "probe_form": probe_form or ProbeForm(user=request.user, initial=initial)}
     if finished is not None:
-        rates = finished.pass_rates()
+        rates = finished.solve_rates()
         for row in page:  # the page's rows are a list from here on: the template sees these attributes
             row.probe_rate = rates.get(row.problem_id)
         unsolved = [r["problem_id"] for r in finished.results if r["passed"] == 0]

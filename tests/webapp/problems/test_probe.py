@@ -131,10 +131,26 @@ def test_the_set_reports_a_finished_probes_pass_rates(client_alice, make_set, us
     finished_probe(ps, user, {"add": 0, "echo-sum": 3})
     probe = client_alice.get(f"/api/problem-sets/{ps.pk}").json()["probe"]
     assert probe["status"] == "done" and probe["model"] == "models/tiny" and probe["samples"] == 4
-    assert [(r["problem_id"], r["pass_rate"]) for r in probe["results"]] == [("add", 0.0), ("echo-sum", 0.75)]
+    assert [(r["problem_id"], r["solve_rate"], r["pass_rate"]) for r in probe["results"]] == [
+        ("add", 0.0, 0.0), ("echo-sum", 0.75, 0.75)]
+    assert probe["summary"]["mean_solve_rate"] == 0.375
     assert probe["summary"]["unsolved"] == 1 and probe["reference"] == f"probe:{probe['id']}"
     polled = client_alice.get(f"/api/problem-sets/{ps.pk}?results=false").json()["probe"]
     assert polled["status"] == "done" and polled["results"] == []
+
+
+@pytest.mark.django_db
+def test_a_probe_stored_before_the_rename_shows_its_solve_rates(client_alice, make_set, user, stub_dirs):
+    ps = make_set(GOOD, ECHO)
+    probe = finished_probe(ps, user, {"add": 1, "echo-sum": 3})
+    Probe.objects.filter(pk=probe.pk).update(  # as stored then: pass_rate and mean_pass_rate only
+        results=[{k: v for k, v in r.items() if k != "solve_rate"} for r in probe.results],
+        summary={k: v for k, v in probe.summary.items() if k != "mean_solve_rate"})
+    got = client_alice.get(f"/api/problem-sets/{ps.pk}").json()["probe"]
+    assert [(r["problem_id"], r["solve_rate"]) for r in got["results"]] == [("add", 0.25), ("echo-sum", 0.75)]
+    assert got["summary"]["mean_solve_rate"] == 0.5
+    page = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
+    assert '<strong id="probe-mean">0.500</strong>' in page
 
 
 @pytest.mark.django_db
@@ -314,7 +330,7 @@ def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, us
             break
         time.sleep(0.5)
     assert probe.status == "done", (probe.status, probe.error)
-    rates = probe.pass_rates()
+    rates = probe.solve_rates()
     assert list(rates) == ["free", "impossible", "add", "echo-sum"]
     assert rates["free"] == 1.0 and rates["impossible"] == 0.0
     assert probe.done == probe.total == 4 and probe.summary["problems"] == 4
