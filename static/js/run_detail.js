@@ -394,7 +394,7 @@
       .filter(function (p) { return !filter || p.problem_id.toLowerCase().indexOf(filter) >= 0; })
       // Train problems (the ones with candidates to inspect) first, then held-out; each worst first.
       .sort(function (a, b) {
-        return (a.split === "heldout") - (b.split === "heldout") || a.pass_rate - b.pass_rate ||
+        return (a.split === "heldout") - (b.split === "heldout") || a.solve_rate - b.solve_rate ||
           (a.problem_id < b.problem_id ? -1 : 1);
       });
     var frag = document.createDocumentFragment();
@@ -410,14 +410,14 @@
       tr.className = "clickable";
       tr.dataset.problem = p.problem_id;
       if (p.problem_id === openProblem) tr.classList.add("selected");
-      [p.problem_id, p.split, Math.round(p.pass_rate * 100) + "%"].forEach(function (text) {
+      [p.problem_id, p.split, Math.round(p.solve_rate * 100) + "%"].forEach(function (text) {
         var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       });
-      if (typeof p.pass_rate_turn1 === "number") {  // multi-turn: how many passed at their first turn
+      if (typeof p.solve_rate_turn1 === "number") {  // multi-turn: how many passed at their first turn
         var turn1 = document.createElement("span");
         turn1.className = "muted small turn1-rate";
         turn1.title = "passing at their first turn (the rate before it counts those repaired by a later turn)";
-        turn1.textContent = " (turn 1: " + Math.round(p.pass_rate_turn1 * 100) + "%)";
+        turn1.textContent = " (turn 1: " + Math.round(p.solve_rate_turn1 * 100) + "%)";
         tr.children[2].appendChild(turn1);
       }
       var change = document.createElement("td");

@@ -20,7 +20,7 @@
 
   function byId(a, b) { return a.problem_id < b.problem_id ? -1 : a.problem_id > b.problem_id ? 1 : 0; }
   var SORTS = {
-    final: function (a, b) { return a.final_pass_rate - b.final_pass_rate || byId(a, b); },
+    final: function (a, b) { return a.final_solve_rate - b.final_solve_rate || byId(a, b); },
     first_solved: function (a, b) {  // the earliest solved first; never solved last
       var x = a.first_solved_step === null ? Infinity : a.first_solved_step;
       var y = b.first_solved_step === null ? Infinity : b.first_solved_step;

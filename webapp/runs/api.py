@@ -112,19 +112,23 @@ class MetricOut(Schema):
 class ProblemOut(Schema):
     problem_id: str
     split: str
-    pass_rate: float
-    history: list[tuple[int, float]] = Field(description="[[step, pass_rate], ...] by step")
+    solve_rate: float = Field(description="the share of its candidates that passed every test: train problems at "
+                                          "their latest step, held-out ones (pass@1) at the latest evaluation")
+    history: list[tuple[int, float]] = Field(description="[[step, solve_rate], ...] by step")
     zero_variance_groups: int
-    pass_rate_turn1: float | None = Field(None, description="multi-turn runs: the latest pass rate counting "
-                                                            "first turns only; null for a one-turn run")
+    solve_rate_turn1: float | None = Field(None, description="multi-turn runs: the latest solve rate counting "
+                                                             "first turns only; null for a one-turn run")
+    pass_rate: float = Field(description="solve_rate under its name before the rename")
+    pass_rate_turn1: float | None = Field(None, description="solve_rate_turn1 under its name before the rename")
 
 
 class MapProblemOut(Schema):
     problem_id: str
-    history: list[tuple[int, float]] = Field(description="[[step, pass_rate], ...] at each step that sampled it")
+    history: list[tuple[int, float]] = Field(description="[[step, solve_rate], ...] at each step that sampled it")
     zero_variance_steps: list[int] = Field(description="steps where every candidate got one reward")
     set_aside_steps: list[int] = Field(description="steps whose group was left out of the update")
-    final_pass_rate: float = Field(description="pass rate the last time it was sampled")
+    final_solve_rate: float = Field(description="solve rate the last time it was sampled")
+    final_pass_rate: float = Field(description="final_solve_rate under its name before the rename")
     first_solved_step: int | None = Field(description="first step where a candidate passed every test")
     zero_variance_groups: int
     status: Literal["became_solved", "never_solved", "solved_from_start"]

@@ -197,15 +197,16 @@ class ProblemStat(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="problem_stats")
     problem_id = models.CharField(max_length=500)
     split = models.CharField(max_length=20, default="train")
-    pass_rate = models.FloatField(default=0.0)
-    history = models.JSONField(default=list, help_text="[[step, pass_rate], ...] ordered by step")
+    solve_rate = models.FloatField(default=0.0, help_text="the share of the problem's candidates (train: at its "
+                                   "latest step; held-out: at its latest evaluation) that passed every test")
+    history = models.JSONField(default=list, help_text="[[step, solve_rate], ...] ordered by step")
     zero_variance_groups = models.IntegerField(default=0, help_text="steps whose candidates all got one reward")
     zero_variance_steps = models.JSONField(default=list)
     set_aside_steps = models.JSONField(default=list, blank=True, help_text="steps whose group was sampled but "
                                        "left out of the update (dynamic sampling, drop_zero_variance_groups)")
     last_step = models.IntegerField(default=0)
-    pass_rate_turn1 = models.FloatField(null=True, blank=True, help_text="multi-turn runs (sampling.turns > 1): "
-                                        "like pass_rate, counting only first turns; null for a one-turn run")
+    solve_rate_turn1 = models.FloatField(null=True, blank=True, help_text="multi-turn runs (sampling.turns > 1): "
+                                         "like solve_rate, counting only first turns; null for a one-turn run")
 
     class Meta:
         ordering = ["problem_id"]

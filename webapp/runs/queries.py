@@ -113,8 +113,14 @@ def metrics(run: Run) -> list[dict]:
     return [{"step": step, "metrics": m, "time": t} for step, m, t in rows]
 
 
-PROBLEM_ROW = ("problem_id", "split", "pass_rate", "history", "zero_variance_groups", "pass_rate_turn1")
+PROBLEM_ROW = ("problem_id", "split", "solve_rate", "history", "zero_variance_groups", "solve_rate_turn1")
 """A row of the run page's per-problem table (and of ``GET /api/runs/{id}/problems``), as stored."""
+OLD_NAMES = {"pass_rate": "solve_rate", "pass_rate_turn1": "solve_rate_turn1"}
+"""A row's fields under their names from before the rename, still sent beside the new ones (API readers)."""
+
+
+def _with_old_names(row: dict) -> dict:
+    return row | {old: row[new] for old, new in OLD_NAMES.items()}
 
 
 def problems(run: Run | int, problem_ids=None) -> list[dict]:
@@ -122,7 +128,8 @@ def problems(run: Run | int, problem_ids=None) -> list[dict]:
     rows = ProblemStat.objects.filter(run=run)
     if problem_ids is not None:
         rows = rows.filter(problem_id__in=list(problem_ids))
-    return [dict(zip(PROBLEM_ROW, row)) for row in rows.order_by("problem_id").values_list(*PROBLEM_ROW)]
+    return [_with_old_names(dict(zip(PROBLEM_ROW, row)))
+            for row in rows.order_by("problem_id").values_list(*PROBLEM_ROW)]
 
 
 def event_read_models(run: Run | int, event: dict) -> dict:
@@ -162,7 +169,8 @@ def difficulty_map(run: Run) -> dict:
         status = ("never_solved" if first_solved is None
                   else "solved_from_start" if first_solved == history[0][0] else "became_solved")
         problems.append({"problem_id": problem_id, "history": history, "zero_variance_steps": zero_variance,
-                         "set_aside_steps": set_aside, "final_pass_rate": history[-1][1],
+                         "set_aside_steps": set_aside, "final_solve_rate": history[-1][1],
+                         "final_pass_rate": history[-1][1],
                          "first_solved_step": first_solved, "zero_variance_groups": len(zero_variance),
                          "status": status})
     summary = {"problems": len(problems)} | {s: sum(p["status"] == s for p in problems) for s in MAP_STATUSES}
@@ -261,9 +269,10 @@ def metrics_json(run: Run) -> str:
 
 def problems_json(run: Run) -> str:
     rows = (ProblemStat.objects.filter(run=run).order_by("problem_id")
-            .values_list("problem_id", "split", "pass_rate", _raw("history"), "zero_variance_groups",
-                         "pass_rate_turn1"))
+            .values_list("problem_id", "split", "solve_rate", _raw("history"), "zero_variance_groups",
+                         "solve_rate_turn1"))
     return "[" + ",".join(
-        f'{{"problem_id":{json.dumps(pid)},"split":{json.dumps(split)},"pass_rate":{json.dumps(rate)},'
-        f'"history":{history},"zero_variance_groups":{zv},"pass_rate_turn1":{json.dumps(turn1)}}}'
+        f'{{"problem_id":{json.dumps(pid)},"split":{json.dumps(split)},"solve_rate":{json.dumps(rate)},'
+        f'"history":{history},"zero_variance_groups":{zv},"solve_rate_turn1":{json.dumps(turn1)},'
+        f'"pass_rate":{json.dumps(rate)},"pass_rate_turn1":{json.dumps(turn1)}}}'
         for pid, split, rate, history, zv, turn1 in rows) + "]"

@@ -273,11 +273,11 @@ def _apply_eval_problems(run: Run, step: int, split: str, per_problem: dict) -> 
             continue
         stat, _ = ProblemStat.objects.get_or_create(run=run, problem_id=str(problem_id), defaults={"split": split})
         stat.history = sorted([h for h in stat.history if h[0] != step] + [[step, float(result["pass@1"])]])
-        stat.pass_rate = stat.history[-1][1]
+        stat.solve_rate = stat.history[-1][1]
         stat.last_step = max(stat.last_step, step)
         stat.split = split
-        stat.pass_rate_turn1 = _number(result.get("pass@1/turn1"))
-        stat.save(update_fields=["history", "pass_rate", "last_step", "split", "pass_rate_turn1"])
+        stat.solve_rate_turn1 = _number(result.get("pass@1/turn1"))
+        stat.save(update_fields=["history", "solve_rate", "last_step", "split", "solve_rate_turn1"])
 
 
 def _apply_problem(run: Run, event: run_events.Problem) -> None:
@@ -299,9 +299,9 @@ def _apply_problem(run: Run, event: run_events.Problem) -> None:
     zv = [s for s in stat.zero_variance_steps if s != step] + ([step] if zero_variance else [])
     stat.history, stat.zero_variance_steps, stat.zero_variance_groups = history, sorted(zv), len(zv)
     stat.set_aside_steps = sorted([s for s in stat.set_aside_steps if s != step] + ([step] if set_aside else []))
-    stat.pass_rate, stat.last_step = history[-1][1], history[-1][0]
+    stat.solve_rate, stat.last_step = history[-1][1], history[-1][0]
     if stat.last_step == step:
-        stat.pass_rate_turn1 = event.solve_rate_turn1
+        stat.solve_rate_turn1 = event.solve_rate_turn1
     stat.save()
 
 

@@ -53,9 +53,11 @@ def test_run_reads_have_the_documented_keys_and_integer_history_steps(client_ali
     assert all({"step", "metrics"} <= set(m) for m in metrics)
     problems = client_alice.get(f"/api/runs/{run.pk}/problems").json()
     for p in problems:
-        # the documented keys, extended by multi-turn runs' turn-1 pass rate (null for a one-turn run)
-        assert set(p) == {"problem_id", "split", "pass_rate", "history", "zero_variance_groups", "pass_rate_turn1"}
-        assert p["pass_rate_turn1"] is None
+        # the documented keys, extended by multi-turn runs' turn-1 solve rate (null for a one-turn run), and the
+        # two under their names from before the rename
+        assert set(p) == {"problem_id", "split", "solve_rate", "history", "zero_variance_groups", "solve_rate_turn1",
+                          "pass_rate", "pass_rate_turn1"}
+        assert p["solve_rate_turn1"] is None and p["pass_rate"] == p["solve_rate"]
         assert all(type(step) is int and isinstance(rate, float) for step, rate in p["history"])
     [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()
     assert {"step", "kind", "size_bytes", "download_url"} <= set(ckpt)

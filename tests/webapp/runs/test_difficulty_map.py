@@ -43,7 +43,7 @@ def test_the_map_lists_each_train_problems_pass_rate_per_step_and_its_status(cli
     assert list(by_id) == ["HumanEval/0", "add-1", "add-2"]
     assert by_id["HumanEval/0"] == {
         "problem_id": "HumanEval/0", "history": [[1, 0.0], [2, 0.5], [3, 1.0]], "zero_variance_steps": [1, 3],
-        "set_aside_steps": [], "final_pass_rate": 1.0, "first_solved_step": 2, "zero_variance_groups": 2,
+        "set_aside_steps": [], "final_solve_rate": 1.0, "final_pass_rate": 1.0, "first_solved_step": 2, "zero_variance_groups": 2,
         "status": "became_solved"}
     assert by_id["add-1"]["status"] == "never_solved" and by_id["add-1"]["first_solved_step"] is None
     assert by_id["add-1"]["set_aside_steps"] == [1, 3] and by_id["add-1"]["history"] == [[1, 0.0], [3, 0.0]]

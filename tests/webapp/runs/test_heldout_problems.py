@@ -20,7 +20,7 @@ def test_held_out_problems_have_before_and_after_from_each_evaluation(client_ali
                   eval_event(2, 0.75, {"add-3": 0.75})])
     rows = {p["problem_id"]: p for p in client_alice.get(f"/api/runs/{run.pk}/problems").json()}
     assert rows["add-3"]["split"] == "heldout"
-    assert rows["add-3"]["history"] == [[0, 0.25], [2, 0.75]] and rows["add-3"]["pass_rate"] == 0.75
+    assert rows["add-3"]["history"] == [[0, 0.25], [2, 0.75]] and rows["add-3"]["solve_rate"] == 0.75
     assert rows["HumanEval/0"]["split"] == "train"
 
 
