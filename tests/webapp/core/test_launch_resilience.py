@@ -22,7 +22,7 @@ import requests
 from webapp.accounts.models import ApiToken
 from webapp.runs.models import Run
 
-from tests.webapp.runs.conftest import make_problem_set
+from tests.factories import make_problem_set
 
 ROOT = Path(__file__).resolve().parents[3]
 SETTINGS = "tests.webapp.core.instant_trainer_settings"

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from tests.webapp.runs.conftest import TINY_OVERRIDES, make_problem_set
+from tests.factories import TINY_OVERRIDES, make_problem_set
 
 ODD_VALUES = ["9" * 25, "9" * 19, "-1", "0", "²", "１２", "1e9", "0x10", " ", "", ",", "1,,2", "1,-2",
               "NaN", "\x00", "%00", "a" * 3000, "<script>", "1;2", "[]", "{}", "true"]

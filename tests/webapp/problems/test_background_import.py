@@ -10,7 +10,8 @@ from webapp.problems import services
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import import_problem_set
 
-from .conftest import ECHO, GOOD, jsonl, upload_file
+from tests.factories import jsonl
+from .conftest import ECHO, GOOD, upload_file
 
 INLINE = 16 * 1024
 

@@ -13,8 +13,9 @@ from training.difficulty import ProblemDifficulty, summarize
 from webapp.problems import probes
 from webapp.problems.models import Probe, ProblemSet
 
-from tests.webapp.runs.conftest import install_model_stub
-from .conftest import ECHO, GOOD, jsonl, upload_file
+from tests.factories import finished_run, install_model_stub
+from tests.factories import jsonl
+from .conftest import ECHO, GOOD, upload_file
 
 MUL = {**GOOD, "id": "mul", "prompt": "def mul(a, b):\n", "entry_point": "mul", "tests": ["assert mul(2, 3) == 6"],
        "reference_solution": "def mul(a, b):\n    return a * b\n"}
@@ -165,7 +166,6 @@ def test_the_sample_bound_is_the_servers_setting(client_alice, make_set, stub_di
 @pytest.mark.django_db
 def test_another_users_set_is_not_found_and_their_checkpoint_is_refused_like_a_missing_one(
         client, user, other_user, make_set, stub_dirs):
-    from tests.webapp.runs.test_api import finished_run
     from webapp.runs.services import create_run
 
     alice_set = make_set(GOOD, ECHO)

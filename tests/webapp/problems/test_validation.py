@@ -8,7 +8,9 @@ from channels.layers import get_channel_layer
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import create_problem_set, enqueue_validation, validate_problem_set
 
-from .conftest import ECHO, GOOD, VACUOUS, WRONG, jsonl, upload_file
+from tests.factories import jsonl
+
+from .conftest import ECHO, GOOD, VACUOUS, WRONG, upload_file
 
 
 def verdicts(ps):

@@ -10,7 +10,8 @@ import pytest
 from webapp.runs.models import Checkpoint, Eval, Run, StepMetric
 from webapp.runs.services import create_run, ingest_event
 
-from .conftest import DEMO, TINY_OVERRIDES, demo_config, make_problem_set, start_event
+from tests.factories import DEMO, TINY_OVERRIDES, make_problem_set, start_event
+from .conftest import demo_config
 
 
 def _post(client, problem_set, config):

@@ -5,7 +5,7 @@ from webapp.runs import queries
 from webapp.runs.models import Candidate, Checkpoint, Eval, ProblemStat, RunEvent, StepMetric
 from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import full_run_events, problem_event, step_event, write_events
+from tests.factories import full_run_events, problem_event, step_event, write_events
 
 
 def follow_all(run):

@@ -8,7 +8,7 @@ import pytest
 
 from webapp.runs.models import Run, RunEvent
 
-from .conftest import TINY_OVERRIDES, make_problem_set
+from tests.factories import TINY_OVERRIDES, make_problem_set
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from webapp.runs.services import cancel_run
 from webapp.core.trainer_process import pid_alive, trainer_env
 from webapp.runs.supervisor import fail_lost_runs, supervise_run, trainer_command
 
-from .conftest import ROOT, write_events, step_event
+from tests.factories import ROOT, write_events, step_event
 
 pytestmark = pytest.mark.e2e  # the supervisor starts (scripted) trainer subprocesses
 
@@ -94,7 +94,7 @@ def test_hf_offline_puts_trainers_in_the_hubs_offline_mode(settings, monkeypatch
 def test_cancel_sends_sigterm_and_the_trainer_checkpoints_and_stops(user, settings, tmp_path):
     from webapp.runs.services import create_run
 
-    from .conftest import TINY_OVERRIDES, make_problem_set
+    from tests.factories import TINY_OVERRIDES, make_problem_set
 
     run = create_run(user, "to cancel", make_problem_set(user), TINY_OVERRIDES)
     script(run, steps=1, then="hang")
@@ -116,7 +116,7 @@ def test_a_run_resumed_while_its_cancelled_trainer_exits_is_left_to_the_new_atte
     from webapp.runs import services
     from webapp.runs.services import create_run, resume_run
 
-    from .conftest import TINY_OVERRIDES, make_problem_set
+    from tests.factories import TINY_OVERRIDES, make_problem_set
 
     monkeypatch.setattr(services, "enqueue_run", lambda run: None)  # the new attempt is not started here
     run = create_run(user, "cancel then resume", make_problem_set(user), TINY_OVERRIDES)
@@ -316,7 +316,7 @@ def test_a_run_the_user_resumed_by_hand_is_not_resumed_again(run, monkeypatch):
 def test_cancel_of_a_trainer_still_loading_its_model_is_immediate_and_ends_cancelled(user):
     from webapp.runs.services import create_run
 
-    from .conftest import TINY_OVERRIDES, make_problem_set
+    from tests.factories import TINY_OVERRIDES, make_problem_set
 
     run = create_run(user, "cancel while loading", make_problem_set(user), TINY_OVERRIDES)
     script(run, starting_s=600)  # deaf to SIGTERM for ten minutes, like a hub retry loop
