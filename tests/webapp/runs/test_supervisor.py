@@ -17,27 +17,19 @@ from webapp.runs.services import cancel_run
 from webapp.core.trainer_process import pid_alive, trainer_env
 from webapp.runs.supervisor import fail_lost_runs, supervise_run, trainer_command
 
-from tests.factories import ROOT, write_events, step_event
+from tests.factories import ROOT, step_event, write_events
+from tests.webapp.conftest import wait_for
 
 pytestmark = pytest.mark.e2e  # the supervisor starts (scripted) trainer subprocesses
 
 
 @pytest.fixture(autouse=True)
 def scripted(settings):
-    settings.CRUCIBLE_TRAINER_MODULE = "tests.webapp.runs.scripted_trainer"
+    settings.CRUCIBLE_TRAINER_MODULE = "tests.webapp.fake_trainer"
 
 
 def script(run, **kw):
     (run.path / "scripted.json").write_text(json.dumps(kw))
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_a_finishing_trainer_makes_the_run_succeed(run):
