@@ -9,6 +9,7 @@ from webapp.problems.models import ProblemSet
 from webapp.problems.services import validate_problem_set
 
 from tests.factories import jsonl
+
 from .conftest import ECHO, GOOD, VACUOUS, upload_file
 
 pytestmark = pytest.mark.django_db

@@ -8,6 +8,7 @@ from webapp.problems.models import Problem, ProblemSet
 from webapp.problems.services import create_problem_set
 
 from tests.factories import jsonl
+
 from .conftest import ECHO, GOOD, upload_file
 
 pytestmark = pytest.mark.django_db

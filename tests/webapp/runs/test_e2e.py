@@ -10,6 +10,7 @@ from webapp.runs.models import Candidate, Checkpoint, Eval, Run, RunEvent, StepM
 from webapp.runs.services import create_run
 
 from tests.factories import DEMO, make_problem_set
+
 from .conftest import demo_config
 
 

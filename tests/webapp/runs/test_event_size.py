@@ -12,6 +12,7 @@ from webapp.runs.models import Candidate, RunEvent
 from webapp.runs.services import ingest_event
 
 from tests.factories import eval_event, problem_event, step_event
+
 from .conftest import connect, receive_all, setup_run
 
 BIG = "x" * 200_000  # a candidate's captured stdout, as a chatty program prints it

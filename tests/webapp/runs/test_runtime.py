@@ -7,6 +7,7 @@ from webapp.runs.runtime import MISMATCH_KL_WARN, layer_mix, mismatch_warning, r
 from webapp.runs.services import ingest_event
 
 from tests.factories import runtime_block, start_event, step_event
+
 from .conftest import connect, receive_all, setup_run
 
 
