@@ -16,8 +16,8 @@ PROMPTS = ["def add(a, b):\n", "def is_even(n):\n    \"\"\"Return True when n is
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
+    torch.manual_seed(0)  # LoRA's A init draws from the global generator: the same weights whatever ran before
     pol = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
-    torch.manual_seed(0)
     for name, p in pol.model.named_parameters():
         if "lora_B" in name:  # a LoRA that has moved away from its zero init, so adapters matter
             torch.nn.init.normal_(p, std=0.05)
