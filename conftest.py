@@ -22,6 +22,13 @@ BROWSER_DIR = ROOT / "tests" / "browser"
 PROCESS_FIXTURES = {"celery_worker", "live_server_url", "browser"}
 
 
+def pytest_configure(config):
+    # A pytest-xdist worker without tests/xdist_workers.py would share var/test's embedded Redis with
+    # the other workers (their runs, numbered alike, would hear each other's events).
+    if os.environ.get("PYTEST_XDIST_WORKER") and "tests.xdist_workers" not in sys.modules:
+        raise pytest.UsageError("pytest -n needs -p tests.xdist_workers (see README, Development)")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
     def is_browser(item) -> bool:
