@@ -73,6 +73,7 @@ def alive(pid):
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.e2e  # starts (and restarts) a redis-server of its own
 def test_a_dead_embedded_redis_is_restarted_on_the_same_url(tmp_path):
     url = embedded_redis.ensure_embedded_redis(tmp_path)
     said = []
