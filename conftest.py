@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import make_user
 from tests.processes import free_port, spawn, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parent
@@ -144,23 +145,20 @@ def live_server_url(service_env, transactional_db, tmp_path, installed_demo_mode
 
 @pytest.fixture
 def user(db):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.create_user("alice", password="alice-password-1")
+    """alice, password ``alice-password-1``."""
+    return make_user("alice")
 
 
 @pytest.fixture
 def other_user(db):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.create_user("bob", password="bob-password-1")
+    """bob, password ``bob-password-1``."""
+    return make_user("bob")
 
 
 @pytest.fixture
 def staff_user(db):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.create_user("carol", password="carol-password-1", is_staff=True)
+    """carol (staff), password ``carol-password-1``."""
+    return make_user("carol", is_staff=True)
 
 
 @pytest.fixture
