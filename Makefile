@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test install system-deps vllm-env bench clean
+.PHONY: run test test-fast install system-deps vllm-env bench clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ run: install system-deps
 
 test: install system-deps vllm-env
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast subset (no test that starts a service process) on two pytest-xdist workers, each with its
+# own data dir, SQLite and embedded Redis (tests/xdist_workers.py); not under REDIS_URL/DATABASE_URL.
+test-fast: install system-deps
+	$(PY) -m pytest -m "not e2e" -n 2 -p tests.xdist_workers $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m benchmarks.run_all

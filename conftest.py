@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.factories import make_user
+from tests.processes import free_port, spawn, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parent
 # Tests keep their files apart from `make run`'s var/ (set before Django settings load).
@@ -21,6 +21,13 @@ BROWSER_DIR = ROOT / "tests" / "browser"
 # end-to-end. Tests that start such processes themselves (sandbox replicas, trainer subprocesses, vLLM
 # servers) carry `pytest.mark.e2e` in their modules.
 PROCESS_FIXTURES = {"celery_worker", "live_server_url", "browser"}
+
+
+def pytest_configure(config):
+    # A pytest-xdist worker without tests/xdist_workers.py would share var/test's embedded Redis with
+    # the other workers (their runs, numbered alike, would hear each other's events).
+    if os.environ.get("PYTEST_XDIST_WORKER") and "tests.xdist_workers" not in sys.modules:
+        raise pytest.UsageError("pytest -n needs -p tests.xdist_workers (see README, Development)")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -57,12 +64,6 @@ def installed_demo_models():
             build_tiny_model(target, arch=arch)
         built[name] = target
     return built
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -103,30 +104,6 @@ def _await_other_sessions(django_db_blocker, timeout_s: float = 10.0) -> None:
     connection.close()
 
 
-def _die_with_pytest() -> None:
-    """preexec_fn: the child gets SIGTERM if this pytest process dies (a killed run leaves no worker)."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 @pytest.fixture
 def celery_worker(service_env, transactional_db, tmp_path, installed_demo_models):
     """A real Celery worker process consuming both queues; yields its node name."""
@@ -135,11 +112,9 @@ def celery_worker(service_env, transactional_db, tmp_path, installed_demo_models
     app.control.purge()  # nothing left over from an earlier session may run against this database
     name = f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
     log = tmp_path / "worker.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu,sandbox", "-c", "2",
-         "-n", name, "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "-l", "INFO"],
-        cwd=ROOT, env=service_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=_die_with_pytest)
+    proc = spawn([sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu,sandbox", "-c", "2",
+                  "-n", name, "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "-l", "INFO"],
+                 service_env, log)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -151,7 +126,7 @@ def celery_worker(service_env, transactional_db, tmp_path, installed_demo_models
             raise RuntimeError(f"celery worker did not answer: {log.read_text()[-3000:]}")
         yield name
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.fixture
@@ -159,44 +134,31 @@ def live_server_url(service_env, transactional_db, tmp_path, installed_demo_mode
     """daphne serving the ASGI app (HTTP + websockets) on a free port."""
     port = free_port()
     log = tmp_path / "daphne.log"
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=service_env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_die_with_pytest)
+    proc = spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+                 service_env, log)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"daphne exited: {log.read_text()[-3000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(port, proc, log)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.fixture
 def user(db):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.create_user("alice", password="alice-password-1")
+    """alice, password ``alice-password-1``."""
+    return make_user("alice")
 
 
 @pytest.fixture
 def other_user(db):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.create_user("bob", password="bob-password-1")
+    """bob, password ``bob-password-1``."""
+    return make_user("bob")
 
 
 @pytest.fixture
 def staff_user(db):
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.create_user("carol", password="carol-password-1", is_staff=True)
+    """carol (staff), password ``carol-password-1``."""
+    return make_user("carol", is_staff=True)
 
 
 @pytest.fixture

@@ -1,8 +1,11 @@
 """Playwright in Debian's Chromium (never `playwright install`: machines are offline)."""
 import os
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.factories import full_run_events, ingest, make_run, problem_event
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -70,3 +73,42 @@ def background_imports(service_env):
     service_env["CRUCIBLE_UPLOAD_INLINE_MB"] = "0"
     yield
     del service_env["CRUCIBLE_UPLOAD_INLINE_MB"]
+
+
+def wait_until(page, expression: str, timeout_s: float) -> None:
+    """page.wait_for_function without its eval: the page's CSP (script-src 'self') refuses that, while
+    page.evaluate goes through the DevTools protocol."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"still false after {timeout_s} s: {expression}"
+        page.wait_for_timeout(200)
+
+
+@pytest.fixture
+def finished(user, settings, tmp_path):
+    """A finished three-step run (``full_run_events``) whose candidates carry every reward dimension and
+    whose evaluations carry the held-out problem's pass@1 and samples, stored as the supervisor stores them."""
+    settings.RUNS_DIR = tmp_path / "runs"
+    run = make_run(user, "finished run")
+    events = full_run_events(run.path, steps=3)
+    for e in events:
+        for c in e.get("candidates", []):  # every reward dimension, as the trainer reports them
+            passed = c["result"]["status"] == "passed"
+            c["rewards"] |= {"efficiency": 0.9 if passed else 0.0, "conciseness": 1.0, "format": 1.0}
+    for e in events:  # the held-out problem's own pass@1 and samples at each evaluation, as the trainer reports them
+        if e["event"] == "eval":
+            before = e["step"] == 0
+            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if before else 3, "pass@1": 0.25 if before else 0.75,
+                                          "candidates": heldout_samples(("passed", "failed", "timeout", "error")
+                                                                        if before else ("passed",) * 3 + ("failed",))}}
+    ingest(run, events)
+    return run
+
+
+def heldout_samples(statuses):
+    """add-3's samples at one evaluation, in the shape of a step's candidates."""
+    samples = problem_event(0, "add-3", statuses)["candidates"]
+    for sample in samples:
+        sample["code"] = "def add3(a, b):\n    return a + b\n" if sample["result"]["status"] == "passed" \
+            else "def add3(a, b):\n    return a - b\n"
+    return samples

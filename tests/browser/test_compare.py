@@ -1,11 +1,9 @@
 """Compare in a browser: the list's button needs two runs; the metric picker shows names, not keys."""
 import pytest
 
-from tests.webapp.runs.conftest import TINY_OVERRIDES, make_problem_set
+from tests.factories import TINY_OVERRIDES, ingest, make_problem_set
 
-from .conftest import login
-from .test_run_flow import wait_until
-from .test_run_page import finished  # noqa: F401 (fixture)
+from .conftest import login, wait_until
 
 
 def test_the_compare_button_waits_for_two_runs(page, live_server_url, user):
@@ -79,9 +77,8 @@ def test_compare_smooths_and_logs_like_the_run_page(page, live_server_url, user,
 
 
 def test_compare_puts_each_run_on_its_own_wall_time_and_tokens(page, live_server_url, user, finished):
-    from tests.webapp.runs.conftest import step_event, write_events
+    from tests.factories import step_event
     from webapp.runs.services import create_run
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
 
     other = create_run(user, "slower", finished.problem_set, TINY_OVERRIDES)
     other.claim(host="h", pid=1)
@@ -89,10 +86,7 @@ def test_compare_puts_each_run_on_its_own_wall_time_and_tokens(page, live_server
     for s, event in enumerate(steps, start=1):  # 100 tokens a step; a step a minute, the first from t = 1000
         event["metrics"] |= {"tokens_per_s": 50.0, "time/rollout_s": 2.0, "time/step_s": 60.0}
         event["time"] = 1000.0 + 60 * s
-    write_events(other.path / "events.jsonl", steps)
-    follower = EventFollower(other.path / "events.jsonl")
-    ingest_new_events(other, follower)
-    follower.close()
+    ingest(other, steps)
 
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/compare?ids={finished.pk},{other.pk}")

@@ -1,13 +1,10 @@
 """The run page's difficulty map in a browser: the heatmap and its marks, the three sort orders, a
 click on a cell that opens that step's candidates (a set-aside group's marked as not in the update),
 and a live step that joins the map."""
-from tests.webapp.runs.conftest import (TINY_OVERRIDES, install_model_stub, make_problem_set, problem_event,
-                                       step_event)
-from tests.webapp.runs.test_difficulty_map import difficulty_events
+from tests.factories import (TINY_OVERRIDES, difficulty_events, ingest, install_model_stub, make_problem_set,
+                             problem_event, step_event)
 
-from .conftest import login
-from .test_integrity import _ingest_elsewhere
-from .test_run_flow import wait_until
+from .conftest import login, wait_until
 
 
 def _map(page):
@@ -44,7 +41,7 @@ def test_the_difficulty_map_sorts_marks_solved_and_unsolved_and_opens_a_cells_ca
                                                                             "candidates_per_problem": 2}})
     run.claim(host="h", pid=1)
     events = difficulty_events()
-    _ingest_elsewhere(run, events, 0)
+    ingest(run, events, thread=True)
 
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{run.pk}/")
@@ -88,7 +85,7 @@ def test_the_difficulty_map_sorts_marks_solved_and_unsolved_and_opens_a_cells_ca
 
     # A live step: add-2 solved by both candidates at step 4 joins the map.
     wait_until(page, "document.body.dataset.live === '1'", 10)
-    _ingest_elsewhere(run, [step_event(4), problem_event(4, "add-2", ("passed", "passed"))], len(events))
+    ingest(run, [step_event(4), problem_event(4, "add-2", ("passed", "passed"))], thread=True)
     wait_until(page, "document.getElementById('chart-difficulty').dataset.steps === '4'", 10)
     shown = _map(page)
     assert shown["x"] == [1, 2, 3, 4] and shown["z"][shown["y"].index("add-2")] == [None, 0.5, None, 1.0]
@@ -96,7 +93,7 @@ def test_the_difficulty_map_sorts_marks_solved_and_unsolved_and_opens_a_cells_ca
 
 
 def test_the_title_of_a_tall_map_stays_above_its_first_rows_labels(page, live_server_url, user, settings, tmp_path):
-    from tests.webapp.runs.conftest import problem_lines
+    from tests.factories import problem_lines
     from webapp.runs.services import create_run
 
     settings.RUNS_DIR, settings.MODELS_DIR = tmp_path / "runs", tmp_path / "models"
@@ -104,7 +101,7 @@ def test_the_title_of_a_tall_map_stays_above_its_first_rows_labels(page, live_se
     run = create_run(user, "tall map", make_problem_set(user, data=problem_lines(60, 1)), TINY_OVERRIDES)
     run.claim(host="h", pid=1)
     events = [step_event(1)] + [problem_event(1, f"add-{i}", ("failed", "passed")) for i in range(1, 60)]
-    _ingest_elsewhere(run, events, 0)
+    ingest(run, events, thread=True)
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{run.pk}/")
     wait_until(page, "(document.getElementById('chart-difficulty').data || []).length > 0", 10)

@@ -1,47 +1,9 @@
 """The run page's reward-integrity panel in a browser: the flag chart and tables, a flagged candidate
 opened from the panel with its badges, the viewer's flag filter, and a live step and its candidates."""
-import threading
+from tests.factories import (PENALIZE, TINY_OVERRIDES, flagged_by_step, flagged_events, ingest, install_model_stub,
+                             make_problem_set)
 
-from sandbox.flags import VOCABULARY
-from tests.webapp.runs.conftest import (TINY_OVERRIDES, install_model_stub, make_problem_set, problem_event,
-                                       step_event)
-from tests.webapp.runs.test_integrity import FLAGGED, PENALIZE
-
-from .conftest import login
-from .test_run_flow import wait_until
-
-
-def _events(step, flagged):
-    """A step and HumanEval/0's three candidates; ``flagged``: {index: flags}."""
-    step_ev = step_event(step)
-    step_ev["metrics"] |= {f"flags/{name}": sum(name in f for f in flagged.values()) for name in VOCABULARY}
-    step_ev["metrics"]["candidates"] = 3
-    event = problem_event(step, statuses=("passed", "failed", "failed"))
-    for index, cand in enumerate(event["candidates"]):
-        cand["result"]["flags"] = flagged.get(index, [])
-        penalized = [f for f in PENALIZE if f in cand["result"]["flags"]]
-        if penalized:
-            cand |= {"penalized_flags": penalized, "reward": 0.0}
-    return [step_ev, event]
-
-
-def _ingest_elsewhere(run, events, first_seq):
-    """Store and broadcast from another thread: Playwright's sync API keeps an event loop on this one,
-    where the channel layer's async_to_sync refuses to run."""
-    from django.db import connection
-
-    from webapp.runs.services import ingest_event
-
-    def work():
-        try:
-            for seq, event in enumerate(events, start=first_seq):
-                ingest_event(run, event, seq=seq)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
+from .conftest import login, wait_until
 
 
 def _chart(page):
@@ -58,10 +20,7 @@ def test_the_integrity_panel_opens_flagged_candidates_filters_them_and_follows_l
     run = create_run(user, "flagged run", make_problem_set(user),
                      TINY_OVERRIDES | {"train": {"steps": 3}, "reward": {"penalize_flags": PENALIZE}})
     run.claim(host="h", pid=1)
-    events = []
-    for step in (1, 2):
-        events += _events(step, {i: f for (s, i), f in FLAGGED.items() if s == step})
-    _ingest_elsewhere(run, events, 0)
+    ingest(run, flagged_events(1, flagged_by_step(1)) + flagged_events(2, flagged_by_step(2)), thread=True)
 
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{run.pk}/")
@@ -97,7 +56,7 @@ def test_the_integrity_panel_opens_flagged_candidates_filters_them_and_follows_l
 
     # A live step: a new flag joins the chart, and its candidate heads the latest list.
     wait_until(page, "document.body.dataset.live === '1'", 10)
-    _ingest_elsewhere(run, _events(3, {0: ["hardcoded_outputs"], 2: ["hardcoded_outputs"]}), len(events))
+    ingest(run, flagged_events(3, {0: ["hardcoded_outputs"], 2: ["hardcoded_outputs"]}), thread=True)
     wait_until(page, "(document.getElementById('chart-flags').data || [])"
                      ".some(t => t.name === 'hardcoded_outputs')", 10)
     chart = {t["name"]: t for t in _chart(page)}

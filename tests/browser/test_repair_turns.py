@@ -2,16 +2,15 @@
 other (code, what the model was told, the next code and its diff), and the turn metrics are drawn."""
 import pytest
 
-from tests.webapp.runs.conftest import TINY_OVERRIDES, eval_event, make_problem_set, step_event, write_events
-from tests.webapp.runs.test_turns import FEEDBACK, repair_event
+from tests.factories import (FEEDBACK, TINY_OVERRIDES, discounted_repair_run, eval_event, ingest, make_problem_set,
+                             repair_event, step_event)
 
-from .conftest import login
+from .conftest import login, wait_until
 
 
 @pytest.fixture
 def repair_run(user, settings, tmp_path):
     from webapp.runs.services import create_run
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
 
     settings.RUNS_DIR = tmp_path / "runs"
     config = {**TINY_OVERRIDES, "sampling": {**TINY_OVERRIDES["sampling"], "prompt_style": "chat", "turns": 2}}
@@ -26,17 +25,12 @@ def repair_run(user, settings, tmp_path):
     evaluation = eval_event(2, 0.75)
     evaluation["pass@1/turn1"] = 0.5
     events.append(evaluation)
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, events)
     return run
 
 
 def test_a_two_turn_candidate_shows_both_turns_and_the_feedback_between_them(page, live_server_url, repair_run,
                                                                             output_dir):
-    from tests.browser.test_run_flow import wait_until
-
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{repair_run.pk}/")
     row = page.locator("#problems tr[data-problem='HumanEval/0']")
@@ -73,8 +67,6 @@ def test_a_two_turn_candidate_shows_both_turns_and_the_feedback_between_them(pag
 
 def test_the_what_if_panel_shows_each_turns_reward_and_advantage_of_a_discounted_run(page, live_server_url, user,
                                                                                      settings, tmp_path):
-    from tests.webapp.runs.test_turns import discounted_repair_run
-
     settings.RUNS_DIR = tmp_path / "runs"
     run = discounted_repair_run(user, make_problem_set(user))
     login(page, live_server_url, "alice", "alice-password-1")

@@ -1,26 +1,15 @@
 """The whole flow in a browser: upload a problem set, launch the CPU demo preset, watch it learn live,
 open a failing candidate, download a checkpoint (real worker, real trainer, tiny model)."""
-import io
 import json
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 
-from .conftest import login
+from .conftest import login, wait_until
 
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "problems.jsonl"
-
-
-def wait_until(page, expression: str, timeout_s: float) -> None:
-    """page.wait_for_function without its eval: the page's CSP (script-src 'self') refuses that, while
-    page.evaluate goes through the DevTools protocol."""
-    deadline = time.monotonic() + timeout_s
-    while not page.evaluate(expression):
-        assert time.monotonic() < deadline, f"still false after {timeout_s} s: {expression}"
-        page.wait_for_timeout(200)
 
 
 def small_demo_set() -> bytes:

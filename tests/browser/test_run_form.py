@@ -1,5 +1,5 @@
 """The new-run form in a browser: the sticky launch bar, what changed from the preset, bounds checked here."""
-from tests.webapp.runs.conftest import make_problem_set, problem_lines
+from tests.factories import make_problem_set, problem_lines
 
 from .conftest import login
 from .test_run_flow import wait_until

@@ -1,45 +1,9 @@
 """The run page of a finished run in a browser: its config, per-problem table and charts."""
 import pytest
 
-from tests.webapp.runs.conftest import (TINY_OVERRIDES, eval_event, full_run_events, make_problem_set, problem_event,
-                                       write_events)
+from tests.factories import (TINY_OVERRIDES, eval_event, ingest, make_problem_set, problem_event)
 
-from .conftest import login
-
-
-@pytest.fixture
-def finished(user, settings, tmp_path):
-    from webapp.runs.services import create_run
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
-
-    settings.RUNS_DIR = tmp_path / "runs"
-    run = create_run(user, "finished run", make_problem_set(user), TINY_OVERRIDES)
-    run.claim(host="h", pid=1)
-    events = full_run_events(run.path, steps=3)
-    for e in events:
-        for c in e.get("candidates", []):  # every reward dimension, as the trainer reports them
-            passed = c["result"]["status"] == "passed"
-            c["rewards"] |= {"efficiency": 0.9 if passed else 0.0, "conciseness": 1.0, "format": 1.0}
-    for e in events:  # the held-out problem's own pass@1 and samples at each evaluation, as the trainer reports them
-        if e["event"] == "eval":
-            before = e["step"] == 0
-            e["per_problem"] = {"add-3": {"n": 4, "c": 1 if before else 3, "pass@1": 0.25 if before else 0.75,
-                                          "candidates": heldout_samples(("passed", "failed", "timeout", "error")
-                                                                        if before else ("passed",) * 3 + ("failed",))}}
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
-    return run
-
-
-def heldout_samples(statuses):
-    """add-3's samples at one evaluation, in the shape of a step's candidates."""
-    samples = problem_event(0, "add-3", statuses)["candidates"]
-    for sample in samples:
-        sample["code"] = "def add3(a, b):\n    return a + b\n" if sample["result"]["status"] == "passed" \
-            else "def add3(a, b):\n    return a - b\n"
-    return samples
+from .conftest import heldout_samples, login, wait_until
 
 
 def test_the_config_is_yaml_and_copies_with_one_click(page, live_server_url, finished, output_dir):
@@ -78,8 +42,6 @@ def _listed(page):
 
 def test_a_held_out_problems_samples_before_and_after_training_open_from_its_row(page, live_server_url, finished,
                                                                                  output_dir):
-    from tests.browser.test_run_flow import wait_until
-
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{finished.pk}/")
     row = page.locator("#problems tr[data-problem='add-3']")
@@ -110,8 +72,6 @@ def test_a_held_out_problems_samples_before_and_after_training_open_from_its_row
 
 def test_a_live_evaluation_adds_its_samples_to_an_open_held_out_problem(page, live_server_url, user, settings,
                                                                          tmp_path):
-    from tests.browser.test_integrity import _ingest_elsewhere
-    from tests.browser.test_run_flow import wait_until
     from webapp.runs.services import create_run
 
     settings.RUNS_DIR = tmp_path / "runs"
@@ -119,7 +79,7 @@ def test_a_live_evaluation_adds_its_samples_to_an_open_held_out_problem(page, li
     run.claim(host="h", pid=1)
     first = eval_event(0, 0.25, {"add-3": 0.25})
     first["per_problem"]["add-3"]["candidates"] = heldout_samples(("passed", "failed", "failed", "failed"))
-    _ingest_elsewhere(run, [first], 0)
+    ingest(run, [first], thread=True)
 
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{run.pk}/")
@@ -128,7 +88,7 @@ def test_a_live_evaluation_adds_its_samples_to_an_open_held_out_problem(page, li
     wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 4", 10)
     later = eval_event(2, 0.75, {"add-3": 0.75})
     later["per_problem"]["add-3"]["candidates"] = heldout_samples(("passed", "passed", "passed", "failed"))
-    _ingest_elsewhere(run, [later], 1)
+    ingest(run, [later], thread=True)
     wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 8", 10)
     assert [s for _, s, _ in _listed(page)] == [2] * 4 + [0] * 4
     after_step = "document.querySelector(\"#problems tr[data-problem='add-3'] a.after\").dataset.evalStep"
@@ -165,8 +125,6 @@ def _chart(page, chart_id):
 
 
 def test_the_charts_have_smoothing_log_y_wall_time_and_a_unified_hover(page, live_server_url, finished, output_dir):
-    from tests.browser.test_run_flow import wait_until
-
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{finished.pk}/")
     page.evaluate("localStorage.removeItem('crucible.charts')")
@@ -203,8 +161,6 @@ def test_the_charts_have_smoothing_log_y_wall_time_and_a_unified_hover(page, liv
 
 
 def test_a_chart_exports_its_data_as_csv(page, live_server_url, finished):
-    from tests.browser.test_run_flow import wait_until
-
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{finished.pk}/")
     page.evaluate("localStorage.removeItem('crucible.charts')")
@@ -226,10 +182,8 @@ def test_a_chart_exports_its_data_as_csv(page, live_server_url, finished):
 
 def test_a_clip_fraction_that_is_zero_by_construction_is_folded_with_its_reason(page, live_server_url, user, settings,
                                                                                tmp_path, output_dir):
-    from tests.browser.test_run_flow import wait_until
-    from tests.webapp.runs.conftest import step_event
+    from tests.factories import step_event
     from webapp.runs.services import create_run
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
 
     settings.RUNS_DIR = tmp_path / "runs"
     run = create_run(user, "one epoch", make_problem_set(user), TINY_OVERRIDES)
@@ -237,10 +191,7 @@ def test_a_clip_fraction_that_is_zero_by_construction_is_folded_with_its_reason(
     events = [step_event(s) for s in (1, 2)]
     for e in events:
         e["metrics"]["clip_frac"] = 0.0
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, events)
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{run.pk}/")
     wait_until(page, "document.getElementById('chart-clip').data !== undefined", 10)
@@ -263,8 +214,6 @@ def test_the_best_checkpoint_is_marked(page, live_server_url, finished, output_d
 
 
 def test_the_curves_start_above_the_fold_under_a_headline_strip(browser, live_server_url, finished, output_dir):
-    from tests.browser.test_run_flow import wait_until
-
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     try:
@@ -315,10 +264,8 @@ def test_folded_sections_stay_folded_in_this_browser(browser, page, live_server_
 
 
 def test_the_groups_chart_has_a_legend_and_the_groups_a_step_samples(page, live_server_url, user, settings, tmp_path):
-    from tests.browser.test_run_flow import wait_until
-    from tests.webapp.runs.conftest import step_event
+    from tests.factories import step_event
     from webapp.runs.services import create_run
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
 
     settings.RUNS_DIR = tmp_path / "runs"
     run = create_run(user, "no dynamic sampling", make_problem_set(user), TINY_OVERRIDES)  # 2 problems a step
@@ -326,10 +273,7 @@ def test_the_groups_chart_has_a_legend_and_the_groups_a_step_samples(page, live_
     events = [step_event(s) for s in (1, 2, 3)]
     for e, zero_variance in zip(events, (2, 1, 0)):
         e["metrics"]["zero_variance_groups"] = zero_variance
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, events)
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{run.pk}/")
     wait_until(page, "document.getElementById('chart-groups').data !== undefined", 10)
@@ -342,9 +286,7 @@ def test_the_groups_chart_has_a_legend_and_the_groups_a_step_samples(page, live_
 
 
 def test_the_candidate_inspector_pages_through_every_candidate(page, live_server_url, user, settings, tmp_path):
-    from tests.browser.test_run_flow import wait_until
-    from tests.webapp.runs.conftest import step_event
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
+    from tests.factories import step_event
     from webapp.runs.services import create_run
 
     settings.RUNS_DIR = tmp_path / "runs"
@@ -353,10 +295,7 @@ def test_the_candidate_inspector_pages_through_every_candidate(page, live_server
     events = []
     for s in (1, 2, 3):  # 3 steps x 25 failed candidates of one problem: 75, more than a page of 50
         events += [step_event(s), problem_event(s, "HumanEval/0", ("failed",) * 25)]
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, events)
 
     def listed():
         return page.evaluate("Array.from(document.querySelectorAll('#candidates details.candidate'))"

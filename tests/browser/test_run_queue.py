@@ -1,8 +1,7 @@
 """A queued run's page says where it stands in the queue and carries no stale launch message."""
-from tests.webapp.runs.conftest import TINY_OVERRIDES, make_problem_set
+from tests.factories import TINY_OVERRIDES, make_problem_set
 
-from .conftest import login
-from .test_run_flow import wait_until
+from .conftest import login, wait_until
 
 
 def test_a_queued_run_shows_its_place_in_the_queue(page, live_server_url, user):

@@ -1,17 +1,12 @@
 """The runs list as an experiment table in a browser: sort, search, clone."""
-from tests.webapp.runs.conftest import TINY_OVERRIDES, eval_event, make_problem_set, write_events
+from tests.factories import TINY_OVERRIDES, eval_event, ingest, make_problem_set
 
 from .conftest import login
 
 
 def _with_evals(run, points):
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
-
     run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", [eval_event(step, p) for step, p in points])
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, [eval_event(step, p) for step, p in points])
 
 
 def test_runs_sort_by_best_pass_and_filter_by_notes(page, live_server_url, user, settings, tmp_path, output_dir):

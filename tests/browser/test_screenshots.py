@@ -6,10 +6,9 @@ import sys
 
 import pytest
 
-from tests.webapp.runs.conftest import ROOT, TINY_OVERRIDES
+from tests.factories import ROOT, TINY_OVERRIDES
 
 from .conftest import CHROMIUM
-from .test_run_page import finished  # noqa: F401 (fixture)
 
 
 def png_size(path) -> tuple[int, int]:

@@ -1,10 +1,10 @@
 """The run page's what-if re-scoring panel in a browser: re-score, open a problem side by side, start a run."""
 import pytest
 
-from tests.webapp.runs.conftest import TINY_OVERRIDES, install_model_stub, make_problem_set
-from tests.webapp.runs.test_rescore import trained
+from tests.factories import (TINY_OVERRIDES, ingest, install_model_stub, make_problem_set, scored_problem_event,
+                             step_event, trained)
 
-from .conftest import login
+from .conftest import login, wait_until
 
 
 @pytest.fixture
@@ -63,14 +63,7 @@ def test_a_bad_weight_says_which(page, live_server_url, stored):
 
 
 def test_the_range_follows_new_steps_live_and_the_answer_states_its_range(page, live_server_url, stored):
-    import json
     import random
-    import threading
-
-    from tests.browser.test_run_flow import wait_until
-    from tests.webapp.runs.conftest import step_event
-    from tests.webapp.runs.test_rescore import problem_event
-    from webapp.runs.supervisor import EventFollower, ingest_new_events
 
     login(page, live_server_url, "alice", "alice-password-1")
     page.goto(f"{live_server_url}/runs/{stored.pk}/")
@@ -80,24 +73,8 @@ def test_the_range_follows_new_steps_live_and_the_answer_states_its_range(page, 
 
     # The trainer goes on: steps 13-15 are stored and sent while the page is open.
     rng = random.Random(7)
-    path = stored.path / "events.jsonl"
-    with open(path, "a") as f:
-        for s in (13, 14, 15):
-            for e in (step_event(s), problem_event(s, "HumanEval/0", rng), problem_event(s, "add-1", rng)):
-                f.write(json.dumps(e) + "\n")
-
-    def ingest():  # as the supervisor does; on a thread of its own: Playwright's event loop holds this one
-        from django.db import connection
-
-        stored.refresh_from_db()
-        follower = EventFollower(path, offset=stored.events_offset, seq=stored.events_seq)
-        ingest_new_events(stored, follower)
-        follower.close()
-        connection.close()
-
-    worker = threading.Thread(target=ingest)
-    worker.start()
-    worker.join()
+    ingest(stored, [e for s in (13, 14, 15) for e in (step_event(s), scored_problem_event(s, "HumanEval/0", rng),
+                                                       scored_problem_event(s, "add-1", rng))], thread=True)
 
     wait_until(page, "document.getElementById('whatif-stored').textContent.indexOf('1–15') >= 0", 15)
     assert page.get_attribute("#whatif-form input[name=from]", "placeholder") == "6"

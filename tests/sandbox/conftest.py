@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +70,15 @@ def pytest_terminal_summary(terminalreporter):
         reason = _bwrap_reason()
         if reason:
             terminalreporter.write_line(f"note:    {reason}")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, cwd=None):
+    """``python -m sandbox ARGS`` from the checkout's root: the CompletedProcess, output as text."""
+    return subprocess.run([sys.executable, "-m", "sandbox", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
 
 
 def fn_problem(tests, *, setup: str = "", entry_point: str = "f", time_limit_s: float = 2.0,

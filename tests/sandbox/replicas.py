@@ -48,13 +48,6 @@ def start_replica(*args: str, workers: int = 1, token: str = TOKEN, host: str = 
     return Replica(json.loads(line)["serving"], proc)
 
 
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def replicas(n: int, *args: str, workers: int = 1, hosts: list[str] | None = None,
              port: int = 0, token: str = TOKEN) -> Iterator[list[Replica]]:

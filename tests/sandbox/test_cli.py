@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.sandbox.conftest import processes_in_cgroups_of
+from tests.sandbox.conftest import cli, processes_in_cgroups_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -18,11 +18,6 @@ SQ = {"id": "sq", "kind": "function", "entry_point": "sq", "tests": ["assert sq(
       "time_limit_s": 1.0, "memory_limit_mb": 128}
 SUM = {"id": "sum", "kind": "stdio", "test_cases": [{"input": "1 2\n", "output": "3\n"}],
        "reference_solution": "print(sum(map(int, input().split())))", "time_limit_s": 1.0}
-
-
-def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "sandbox", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from sandbox.problems import Problem
 from sandbox.result import ExecutionResult, Outcome
 from sandbox.runner import Candidate, Runner
 
-from .conftest import fn_problem, stdio_problem
-from .test_cli import cli
+from .conftest import cli, fn_problem, stdio_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REFERENCE_SETS = ["data/demo/problems.jsonl"] + [

@@ -154,7 +154,7 @@ def test_the_operators_endpoints_are_the_default_and_the_only_ones_allowed(monke
 def test_replicas_behind_one_name_are_each_used_and_one_dying_costs_nothing(monkeypatch):
     import socket
 
-    from .replicas import free_port
+    from tests.processes import free_port
 
     real = socket.getaddrinfo
     hosts = ["127.0.0.2", "127.0.0.3"]

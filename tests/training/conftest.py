@@ -4,6 +4,8 @@ per session; every test that takes ``tiny_model_dir`` runs on both), small probl
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,55 @@ def train_problems_file(tmp_path) -> Path:
     path = tmp_path / "train-problems.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS if p["split"] == "train"))
     return path
+
+
+# ---- driving a Trainer in-process (test_trainer, test_policy, test_dynamic_sampling, test_turns) ----------
+
+def make_trainer(cfg, out_dir, runner):
+    """A Trainer on the CPU writing to ``out_dir``/events.jsonl, stopped by ``out_dir``/STOP."""
+    from accelerate import Accelerator
+
+    from training.events import EventWriter
+    from training.trainer import StopSignal, Trainer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    events = EventWriter(out_dir / "events.jsonl")
+    return Trainer(cfg, out_dir, Accelerator(cpu=True), events, StopSignal(out_dir / "STOP"), runner=runner,
+                   progress=False)
+
+
+def lora_state(model):
+    """A copy of ``model``'s LoRA weights."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+def record_gradients(trainer):
+    """Clone the LoRA gradients the optimizer is about to apply, at every optimizer step."""
+    recorded = []
+    optimizer = trainer.optimizer
+    step = optimizer.step
+    named = [(k, p) for k, p in trainer.policy.model.named_parameters() if p.requires_grad]
+
+    def recording_step(*args, **kwargs):
+        recorded.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
+        return step(*args, **kwargs)
+
+    optimizer.step = recording_step
+    return recorded
+
+
+def watch_and(action, events_path: Path, after_steps: int):
+    """A daemon thread that calls ``action`` once ``events_path`` holds ``after_steps`` step events."""
+    from training.events import read_events
+
+    def run():
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if events_path.exists() and sum(e["event"] == "step" for e in read_events(events_path)) >= after_steps:
+                action()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

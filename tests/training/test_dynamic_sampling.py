@@ -217,12 +217,12 @@ def test_the_trainer_updates_on_informative_groups_and_reports_every_round(tmp_p
 
 
 def test_without_an_informative_group_the_step_is_reported_but_nothing_changes(tmp_path, tiny_model_dir):
-    from tests.training.test_trainer import _lora_state, _trainer
+    from tests.training.conftest import lora_state, make_trainer
 
     cfg = tiny_run_config(tiny_model_dir, _problems(tmp_path, never=5, solvable=0), reward=PASS_ONLY,
                           sampling={"dynamic": True, "max_rounds": 2}, train={"steps": 1})
-    trainer = _trainer(cfg, tmp_path / "run", ScriptedRunner())
-    before = _lora_state(trainer.policy.model)
+    trainer = make_trainer(cfg, tmp_path / "run", ScriptedRunner())
+    before = lora_state(trainer.policy.model)
     trainer.run()
     events = read_events(tmp_path / "run" / "events.jsonl")
     m = next(e for e in events if e["event"] == "step")["metrics"]
@@ -231,7 +231,7 @@ def test_without_an_informative_group_the_step_is_reported_but_nothing_changes(t
     problems = [e for e in events if e["event"] == "problem"]
     assert len(problems) == 4 and not any(p["used"] for p in problems)
     assert [p["round"] for p in problems] == [1, 1, 2, 2]
-    after = _lora_state(trainer.policy.model)
+    after = lora_state(trainer.policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 

@@ -16,8 +16,8 @@ PROMPTS = ["def add(a, b):\n", "def is_even(n):\n    \"\"\"Return True when n is
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
+    torch.manual_seed(0)  # LoRA's A init draws from the global generator: the same weights whatever ran before
     pol = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
-    torch.manual_seed(0)
     for name, p in pol.model.named_parameters():
         if "lora_B" in name:  # a LoRA that has moved away from its zero init, so adapters matter
             torch.nn.init.normal_(p, std=0.05)
@@ -241,12 +241,12 @@ def test_skipping_the_old_logprob_pass_gives_the_same_update(tmp_path, tiny_mode
     # One epoch, one minibatch: the trainer takes old = logp.detach() instead of a separate no-grad
     # pass. Two identical trainers, one given the explicit old log-probs: same gradient, same loss.
     from tests.training.conftest import tiny_run_config
-    from tests.training.test_trainer import _record_gradients, _trainer
+    from tests.training.conftest import make_trainer, record_gradients
 
     cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1}, ppo={"micro_batch_size": 3})
     trainers, grads = [], []
     for name in ("implicit", "explicit"):
-        trainer = _trainer(cfg, tmp_path / name, runner)
+        trainer = make_trainer(cfg, tmp_path / name, runner)
         trainer.model, trainer.optimizer = trainer.accelerator.prepare(trainer.policy.model, trainer.optimizer)
         trainer.shared_prompts = shared_prompts_supported(trainer.model)
         torch.manual_seed(0)
@@ -254,7 +254,7 @@ def test_skipping_the_old_logprob_pass_gives_the_same_update(tmp_path, tiny_mode
             if "lora_B" in key:
                 torch.nn.init.normal_(p, std=0.05)
         trainers.append(trainer)
-        grads.append(_record_gradients(trainer))
+        grads.append(record_gradients(trainer))
     _, t = _batch(trainers[0].policy, n=4)
     n = t["input_ids"].shape[0]
     advantages = torch.linspace(-1.0, 1.0, n)

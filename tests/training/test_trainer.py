@@ -3,38 +3,22 @@
 import json
 import os
 import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.training.conftest import PROBLEMS, tiny_run_config
+from tests.training.conftest import (PROBLEMS, lora_state, make_trainer, record_gradients, tiny_run_config,
+                                    watch_and)
 from training import metrics as metric_registry
 from training.events import parse_event, read_events
-from training.trainer import StopSignal, Trainer, train
+from training.trainer import train
 
 DESIGN_METRICS = {"reward/mean", "reward/pass_rate", "reward/syntax", "reward/efficiency", "reward/conciseness",
                   "reward/format", "pass@1/train", "kl", "loss/policy", "loss/kl", "clip_frac", "entropy",
                   "grad_norm", "lr", "tokens_per_s", "time/rollout_s", "time/sandbox_s", "time/update_s",
                   "zero_variance_groups", "rollout/mismatch_kl", "rollout/logprob_diff_max",
                   "rollout/truncated_frac", "completion_len/max"}
-
-
-def _trainer(cfg, out_dir, runner):
-    from accelerate import Accelerator
-
-    from training.events import EventWriter
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    events = EventWriter(out_dir / "events.jsonl")
-    return Trainer(cfg, out_dir, Accelerator(cpu=True), events, StopSignal(out_dir / "STOP"), runner=runner,
-                   progress=False)
-
-
-def _lora_state(model):
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
 
 
 # PeftModel.from_pretrained (the merged model's check) still asks transformers for the deprecated v4 name.
@@ -125,28 +109,13 @@ def test_one_step_changes_only_the_lora_parameters(tmp_path, tiny_model_dir, tra
                                                    checkpointing):
     cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1},
                           model={"gradient_checkpointing": checkpointing})
-    trainer = _trainer(cfg, tmp_path / "run", runner)
+    trainer = make_trainer(cfg, tmp_path / "run", runner)
     before = {k: v.detach().clone() for k, v in trainer.policy.model.state_dict().items()}
     trainer.run()
     after = trainer.policy.model.state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all("lora_" in k for k in changed)
     assert any("lora_B" in k for k in changed)
-
-
-def _record_gradients(trainer):
-    """Clone the LoRA gradients the optimizer is about to apply, at every optimizer step."""
-    recorded = []
-    optimizer = trainer.optimizer
-    step = optimizer.step
-    named = [(k, p) for k, p in trainer.policy.model.named_parameters() if p.requires_grad]
-
-    def recording_step(*args, **kwargs):
-        recorded.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
-        return step(*args, **kwargs)
-
-    optimizer.step = recording_step
-    return recorded
 
 
 # The test wraps optimizer.step to record gradients; torch warns that the scheduler saw a new step.
@@ -161,8 +130,8 @@ def test_micro_batch_size_never_changes_the_result(tmp_path, tiny_model_dir, tra
     for micro in (8, 3):
         cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 1},
                               ppo={"micro_batch_size": micro, "minibatch_size": 4, "epochs_per_batch": 2})
-        trainer = _trainer(cfg, tmp_path / f"run-{micro}", runner)
-        recorded = _record_gradients(trainer)
+        trainer = make_trainer(cfg, tmp_path / f"run-{micro}", runner)
+        recorded = record_gradients(trainer)
         trainer.run()
         assert len(recorded) == 4  # 8 candidates / minibatch 4 x 2 epochs
         grads.append(recorded[0])
@@ -171,20 +140,6 @@ def test_micro_batch_size_never_changes_the_result(tmp_path, tiny_model_dir, tra
     for key, g in grads[0].items():
         err = (g - grads[1][key]).abs().max().item()
         assert err <= 1e-4 * g.abs().max().item() + 1e-9, (key, err)
-
-
-def _watch_and(action, events_path: Path, after_steps: int):
-    def run():
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if events_path.exists() and sum(e["event"] == "step" for e in read_events(events_path)) >= after_steps:
-                action()
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def _with_never_solved(tmp_path, train_problems_file):
@@ -212,7 +167,7 @@ def test_sigterm_checkpoints_and_a_resumed_run_matches_an_uninterrupted_one(tmp_
     assert train(cfg, tmp_path / "straight", runner=runner, progress=False) == "succeeded"
 
     interrupted = tmp_path / "interrupted"
-    watcher = _watch_and(lambda: os.kill(os.getpid(), signal.SIGTERM), interrupted / "events.jsonl", 1)
+    watcher = watch_and(lambda: os.kill(os.getpid(), signal.SIGTERM), interrupted / "events.jsonl", 1)
     assert train(cfg, interrupted, runner=runner, progress=False) == "cancelled"
     watcher.join()
     events = read_events(interrupted / "events.jsonl")
@@ -276,22 +231,22 @@ def test_zero_variance_groups_are_counted_and_can_be_dropped(tmp_path, tiny_mode
                           reward={"weights": {"pass_rate": 1.0, "syntax": 0.0, "efficiency": 0.0,
                                               "conciseness": 0.0, "format": 0.0}},
                           ppo={"drop_zero_variance_groups": True})
-    trainer = _trainer(cfg, tmp_path / "run", runner)
-    before = _lora_state(trainer.policy.model)
+    trainer = make_trainer(cfg, tmp_path / "run", runner)
+    before = lora_state(trainer.policy.model)
     trainer.run()
     step = next(e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "step")
     assert step["metrics"]["zero_variance_groups"] == 2 and step["metrics"]["grad_norm"] == 0.0
     problems = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "problem"]
     assert all(p["zero_variance"] for p in problems)
     assert all(p["used"] is False and p["set_aside"] == "zero_variance" for p in problems)  # left out: marked
-    after = _lora_state(trainer.policy.model)
+    after = lora_state(trainer.policy.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def test_a_full_fine_tune_keeps_a_frozen_reference(tmp_path, tiny_model_dir, train_problems_file, runner):
     cfg = tiny_run_config(tiny_model_dir, train_problems_file, model={"lora": None}, train={"steps": 1},
                           ppo={"learning_rate": 1e-4})
-    trainer = _trainer(cfg, tmp_path / "run", runner)
+    trainer = make_trainer(cfg, tmp_path / "run", runner)
     assert trainer.policy.ref_model is not None and not trainer.policy.is_lora
     ref_before = {k: v.clone() for k, v in trainer.policy.ref_model.state_dict().items()}
     before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}

@@ -485,7 +485,7 @@ def test_a_two_turn_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one
 
     from safetensors.torch import load_file
 
-    from tests.training.test_trainer import _watch_and
+    from tests.training.conftest import watch_and
     from training.trainer import train
 
     cfg = tiny_run_config(tiny_model_dir, train_problems_file, train={"steps": 2},
@@ -493,7 +493,7 @@ def test_a_two_turn_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one
                           reward={"turns": "discounted"})
     assert train(cfg, tmp_path / "straight", runner=runner, progress=False) == "succeeded"
     interrupted = tmp_path / "interrupted"
-    watcher = _watch_and(lambda: os.kill(os.getpid(), signal.SIGTERM), interrupted / "events.jsonl", 1)
+    watcher = watch_and(lambda: os.kill(os.getpid(), signal.SIGTERM), interrupted / "events.jsonl", 1)
     assert train(cfg, interrupted, runner=runner, progress=False) == "cancelled"
     watcher.join()
     assert train(cfg, interrupted, resume=True, runner=runner, progress=False) == "succeeded"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,59 +20,19 @@ import requests
 from webapp.accounts.models import ApiToken
 from webapp.runs.models import Run
 
-from tests.webapp.runs.conftest import make_problem_set
+from tests.factories import make_problem_set
+from tests.processes import free_port, spawn, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[3]
-SETTINGS = "tests.webapp.core.instant_trainer_settings"
+TRAINER = "tests.webapp.fake_trainer"  # without a scripted.json: start, one step, done
 CONFIG = {"train": {"steps": 1}, "sampling": {"problems_per_step": 2, "candidates_per_problem": 2}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_pytest() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def spawn(args: list[str], env: dict, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=_die_with_pytest)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-            return
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:3]} exited: {log.read_text()[-3000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}: {log.read_text()[-3000:]}")
 
 
 class Stack:
     """daphne, a worker and (optionally) a private Redis, all on this test's database."""
 
     def __init__(self, env: dict, tmp_path: Path):
-        self.env, self.tmp = dict(env, DJANGO_SETTINGS_MODULE=SETTINGS), tmp_path
+        self.env, self.tmp = dict(env, CRUCIBLE_TEST_TRAINER_MODULE=TRAINER), tmp_path
         self.procs: dict[str, subprocess.Popen] = {}
         self.redis_port: int | None = None
 

@@ -9,16 +9,9 @@ import pytest
 from webapp import embedded_redis
 from webapp.launcher import MAX_RESTARTS, RESTART_WINDOW_S, Services
 
+from tests.webapp.conftest import wait_for
+
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -63,12 +56,12 @@ def test_what_is_left_of_a_dead_child_is_stopped_before_its_restart(services, tm
     services.commands["worker-gpu"] = [sys.executable, "-c", code]
     kill(services.children["worker-gpu"])
     services.check()  # the restarted one is the pool-leaving kind
-    wait_for(pidfile.exists)
-    wait_for(lambda: pidfile.read_text().strip() != "")
+    wait_for(pidfile.exists, 10, "the pid file")
+    wait_for(lambda: pidfile.read_text().strip() != "", 10, "a pid in the pid file")
     pool = int(pidfile.read_text())
     kill(services.children["worker-gpu"])
     services.check()
-    wait_for(lambda: not alive(pool))
+    wait_for(lambda: not alive(pool), 10, "the pool's end")
 
 
 def alive(pid):
@@ -80,6 +73,7 @@ def alive(pid):
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.e2e  # starts (and restarts) a redis-server of its own
 def test_a_dead_embedded_redis_is_restarted_on_the_same_url(tmp_path):
     url = embedded_redis.ensure_embedded_redis(tmp_path)
     said = []
@@ -93,7 +87,6 @@ def test_a_dead_embedded_redis_is_restarted_on_the_same_url(tmp_path):
         assert embedded_redis._ping_unix(tmp_path / "redis" / "redis.sock")
     finally:
         embedded_redis.stop_embedded_redis()
-
 
 
 def test_first_start_builds_both_tiny_models_and_a_later_start_only_what_is_missing(tmp_path):

@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from tests.webapp.runs.conftest import TINY_OVERRIDES, make_problem_set
+from tests.factories import TINY_OVERRIDES, install_model_stub, make_problem_set
 
 ODD_VALUES = ["9" * 25, "9" * 19, "-1", "0", "²", "１２", "1e9", "0x10", " ", "", ",", "1,,2", "1,-2",
               "NaN", "\x00", "%00", "a" * 3000, "<script>", "1;2", "[]", "{}", "true"]
@@ -19,9 +19,12 @@ def client(user):
 
 
 @pytest.fixture
-def pages(client, user, installed_demo_models):  # the run names models/tiny
+def pages(client, user, settings, tmp_path):
     from webapp.runs.services import create_run
 
+    settings.RUNS_DIR, settings.MODELS_DIR = tmp_path / "runs", tmp_path / "models"
+    for name in ("tiny", "tiny-qwen3_5"):  # the presets' models: the run names models/tiny, nothing loads it
+        install_model_stub(settings.MODELS_DIR / name)
     client.force_login(user)
     problem_set = make_problem_set(user)
     run = create_run(user, "fuzzed", problem_set, TINY_OVERRIDES)

@@ -10,13 +10,13 @@ from channels.testing import WebsocketCommunicator
 from webapp.accounts.models import ApiToken
 from webapp.asgi import application
 
+from tests.factories import make_user
+
 ORIGIN = (b"origin", b"http://127.0.0.1")
 
 
 def make_token(username="wsuser"):
-    from django.contrib.auth import get_user_model
-
-    user = get_user_model().objects.create_user(username, password="ws-password-1")
+    user = make_user(username, password="ws-password-1")
     return user, ApiToken.issue(user, "test")[1]
 
 

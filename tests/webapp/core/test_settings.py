@@ -81,6 +81,7 @@ def test_bad_environment_values_fail_loudly_naming_the_variable(name, value, mes
     assert message in result.stderr
 
 
+@pytest.mark.e2e  # starts a redis-server of its own
 def test_embedded_redis_starts_when_no_redis_url_is_set(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(CRUCIBLE_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="webapp.settings.local")

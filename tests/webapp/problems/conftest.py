@@ -1,10 +1,11 @@
 """Fixtures for problem-set tests: sample files (S1's importer samples) and an upload helper."""
 import gzip
-import json
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+
+from tests.factories import jsonl, make_problem_set
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "tests" / "sandbox" / "data"
@@ -25,10 +26,6 @@ VACUOUS = {"id": "vacuous", "kind": "function", "prompt": "def noop():\n    pass
            "tests": ["assert True"], "reference_solution": "def noop():\n    return None\n", "split": "heldout"}
 
 
-def jsonl(*objects) -> bytes:
-    return "".join(json.dumps(o) + "\n" for o in objects).encode()
-
-
 def upload_file(content: bytes, name: str = "problems.jsonl") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, content, content_type="application/octet-stream")
 
@@ -42,14 +39,10 @@ def samples() -> Path:
 
 @pytest.fixture
 def make_set(user):
-    """make_set(*problem_dicts, owner=user, name="set") -> ProblemSet (validation not queued)."""
-    from webapp.problems.services import create_problem_set
-
+    """make_set(*problem_dicts, owner=user, name="set") -> ProblemSet (validation not queued; GOOD and ECHO
+    when no problem is given)."""
     def make(*objects, owner=None, name="set"):
-        ps, errors = create_problem_set(owner or user, name, upload_file(jsonl(*(objects or (GOOD, ECHO)))),
-                                        validate=False)
-        assert ps is not None, errors
-        return ps
+        return make_problem_set(owner or user, name, jsonl(*(objects or (GOOD, ECHO))))
     return make
 
 

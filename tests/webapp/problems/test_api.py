@@ -8,7 +8,9 @@ from webapp.accounts.models import ApiToken
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import validate_problem_set
 
-from .conftest import ECHO, GOOD, VACUOUS, jsonl, upload_file
+from tests.factories import jsonl
+
+from .conftest import ECHO, GOOD, VACUOUS, upload_file
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,5 @@
 """Large uploads: stored by the web process, imported by a sandbox worker with progress, then validated."""
 import gzip
-import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,10 @@ from webapp.problems import services
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import import_problem_set
 
-from .conftest import ECHO, GOOD, jsonl, upload_file
+from tests.factories import jsonl
+from tests.webapp.conftest import wait_for
+
+from .conftest import ECHO, GOOD, upload_file
 
 INLINE = 16 * 1024
 
@@ -182,12 +184,8 @@ def test_a_large_upload_is_imported_then_validated_by_a_real_celery_worker(clien
     response = client.post("/api/problem-sets", {"file": upload_file(jsonl(GOOD, ECHO))})
     assert response.status_code == 202, response.content
     ps = ProblemSet.objects.get(pk=response.json()["id"])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ps.refresh_from_db()
-        if ps.validation_status in ("done", "failed"):
-            break
-        time.sleep(0.2)
+    wait_for(lambda: ps.refresh_from_db() or ps.validation_status in ("done", "failed"), 120, "validation finished",
+             interval=0.2)
     assert ps.import_status == "done" and ps.problem_count == 2
     assert ps.validation_status == "done" and ps.validation_passed == 2, ps.validation_error
     assert not services.upload_dir(ps.pk).exists()

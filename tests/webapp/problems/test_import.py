@@ -7,7 +7,9 @@ from sandbox.formats import load_problems
 from webapp.problems.models import Problem, ProblemSet
 from webapp.problems.services import create_problem_set
 
-from .conftest import ECHO, GOOD, jsonl, upload_file
+from tests.factories import jsonl
+
+from .conftest import ECHO, GOOD, upload_file
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,9 @@ from django.core.management import call_command
 
 from webapp.problems.models import ProblemSet
 
-from .conftest import ECHO, GOOD, WRONG, jsonl
+from tests.factories import jsonl
+
+from .conftest import ECHO, GOOD, WRONG
 
 pytestmark = pytest.mark.django_db
 

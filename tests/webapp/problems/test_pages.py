@@ -6,7 +6,9 @@ from sandbox.formats import load_problems_bytes
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import validate_problem_set
 
-from .conftest import ECHO, GOOD, WRONG, jsonl, upload_file
+from tests.factories import jsonl
+
+from .conftest import ECHO, GOOD, WRONG, upload_file
 
 pytestmark = pytest.mark.django_db
 

@@ -2,7 +2,6 @@
 Celery worker, and runs that filter their train problems by the set's latest finished probe."""
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,10 @@ from training.difficulty import ProblemDifficulty, summarize
 from webapp.problems import probes
 from webapp.problems.models import Probe, ProblemSet
 
-from tests.webapp.runs.conftest import install_model_stub
-from .conftest import ECHO, GOOD, jsonl, upload_file
+from tests.factories import finished_run, install_model_stub, jsonl
+from tests.webapp.conftest import wait_for
+
+from .conftest import ECHO, GOOD, upload_file
 
 MUL = {**GOOD, "id": "mul", "prompt": "def mul(a, b):\n", "entry_point": "mul", "tests": ["assert mul(2, 3) == 6"],
        "reference_solution": "def mul(a, b):\n    return a * b\n"}
@@ -181,7 +182,6 @@ def test_the_sample_bound_is_the_servers_setting(client_alice, make_set, stub_di
 @pytest.mark.django_db
 def test_another_users_set_is_not_found_and_their_checkpoint_is_refused_like_a_missing_one(
         client, user, other_user, make_set, stub_dirs):
-    from tests.webapp.runs.test_api import finished_run
     from webapp.runs.services import create_run
 
     alice_set = make_set(GOOD, ECHO)
@@ -323,12 +323,8 @@ def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, us
     Probe.objects.filter(pk=probe.pk).update(config={**probe.config, "sampling": {
         **probe.config["sampling"], "stop": ["\n", "\r"], "max_new_tokens": 8}})
     assert publish(probe.pk)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        probe.refresh_from_db()
-        if probe.status in ("done", "failed"):
-            break
-        time.sleep(0.5)
+    wait_for(lambda: probe.refresh_from_db() or probe.status in ("done", "failed"), 240, "the probe finished",
+             interval=0.5)
     assert probe.status == "done", (probe.status, probe.error)
     rates = probe.solve_rates()
     assert list(rates) == ["free", "impossible", "add", "echo-sum"]

@@ -6,7 +6,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from webapp.problems.models import ProblemSet
 
-from tests.webapp.runs.conftest import problem_lines
+from tests.factories import problem_lines
 
 
 def _refusal(client, filename, data):

@@ -1,5 +1,4 @@
 """Validation: reference must pass, empty must fail; idempotent tasks; notifications; a real worker."""
-import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -8,7 +7,10 @@ from channels.layers import get_channel_layer
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import create_problem_set, enqueue_validation, validate_problem_set
 
-from .conftest import ECHO, GOOD, VACUOUS, WRONG, jsonl, upload_file
+from tests.factories import jsonl
+from tests.webapp.conftest import wait_for
+
+from .conftest import ECHO, GOOD, VACUOUS, WRONG, upload_file
 
 
 def verdicts(ps):
@@ -118,12 +120,8 @@ def test_a_running_validation_stores_its_progress_as_it_goes(make_set, settings,
 def test_an_upload_is_validated_by_a_real_celery_worker(user, celery_worker):
     ps, errors = create_problem_set(user, "e2e", upload_file(jsonl(GOOD, ECHO, VACUOUS)))
     assert errors == []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ps.refresh_from_db()
-        if ps.validation_status in ("done", "failed"):
-            break
-        time.sleep(0.2)
+    wait_for(lambda: ps.refresh_from_db() or ps.validation_status in ("done", "failed"), 120, "validation finished",
+             interval=0.2)
     assert ps.validation_status == "done", ps.validation_error
     assert verdicts(ps) == {"add": (True, True), "echo-sum": (True, True), "vacuous": (True, False)}
     assert ProblemSet.objects.get(pk=ps.pk).validation_passed == 2

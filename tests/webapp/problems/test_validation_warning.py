@@ -3,7 +3,7 @@ import pytest
 
 from webapp.problems.models import ProblemSet
 
-from tests.webapp.runs.conftest import make_problem_set
+from tests.factories import make_problem_set
 
 
 @pytest.fixture

@@ -8,19 +8,8 @@ from urllib.parse import quote
 import pytest
 
 from webapp.runs.models import Run
-from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import TINY_OVERRIDES, full_run_events, write_events
-
-
-def finished_run(run):
-    run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", full_run_events(run.path, steps=2))
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
-    run.refresh_from_db()
-    return run
+from tests.factories import TINY_OVERRIDES, finished_run
 
 
 def test_post_creates_a_run_and_bad_config_names_the_field(client_alice, problem_set):

@@ -6,10 +6,8 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 
-from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import problem_event, problem_lines, write_events
-from .test_api import finished_run
+from tests.factories import finished_run, ingest, problem_event, problem_lines
 
 RUN_KEYS = {"id", "name", "status", "error", "step", "steps", "latest", "evals", "created", "started", "finished"}
 
@@ -66,11 +64,7 @@ def test_run_reads_have_the_documented_keys_and_integer_history_steps(client_ali
 
 
 def test_candidates_list_tests_that_never_ran_as_failed(client_alice, run):
-    run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", [problem_event(1, "add-1", ("timeout", "passed"))])
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, [problem_event(1, "add-1", ("timeout", "passed"))])
     url = f"/api/runs/{run.pk}/problems/{quote('add-1', safe='')}/candidates?status=failed"
     [cand] = client_alice.get(url).json()
     assert {"step", "index", "code", "reward", "rewards", "result", "truncated", "overlong_penalty"} <= set(cand)

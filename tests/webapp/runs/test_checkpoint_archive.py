@@ -5,10 +5,8 @@ import tarfile
 
 import yaml
 
-from webapp.runs.services import create_run
 
-from .conftest import TINY_OVERRIDES, eval_event, full_run_events
-from .test_heldout_problems import _ingest
+from tests.factories import eval_event, full_run_events, ingest
 
 
 def _archive(client, url) -> dict[str, bytes]:
@@ -23,7 +21,7 @@ def _finished(run, base_model="/srv/crucible/models/tiny"):
         json.dumps({"r": 8, "base_model_name_or_path": base_model}))
     peft_template = "---\nbase_model: /srv\n---\n# Model Card for Model ID\n"
     (run.path / "checkpoints" / "step-2" / "README.md").write_text(peft_template)
-    _ingest(run, events)
+    ingest(run, events)
 
 
 def test_the_archive_carries_a_model_card_the_config_and_a_metrics_summary(client_alice, run):
@@ -65,7 +63,7 @@ def test_the_checkpoint_with_the_best_held_out_pass_is_marked(client_alice, user
     ckpt_dir = run.path / "checkpoints" / "step-1"
     ckpt_dir.mkdir()
     (ckpt_dir / "adapter_config.json").write_text("{}")
-    _ingest(run, [eval_event(1, 0.9), {"event": "checkpoint", "step": 1, "path": "checkpoints/step-1",
+    ingest(run, [eval_event(1, 0.9), {"event": "checkpoint", "step": 1, "path": "checkpoints/step-1",
                                        "kind": "adapter", "time": 0}])
     rows = {c["step"]: c for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()}
     assert rows[1]["best"] is True and rows[2]["best"] is False
@@ -73,9 +71,9 @@ def test_the_checkpoint_with_the_best_held_out_pass_is_marked(client_alice, user
 
 
 def test_no_checkpoint_is_best_when_none_beats_the_base_model(client_alice, run):
-    _ingest(run, [eval_event(0, 0.5)])
+    ingest(run, [eval_event(0, 0.5)])
     _finished(run)  # its checkpoint at step 2 scores 0.75, but...
-    _ingest(run, [eval_event(0, 0.8)])  # ...the base model scored 0.8 before training
+    ingest(run, [eval_event(0, 0.8)])  # ...the base model scored 0.8 before training
     assert not any(c["best"] for c in client_alice.get(f"/api/runs/{run.pk}/checkpoints").json())
 
 
@@ -84,7 +82,7 @@ def test_the_archive_carries_the_runs_problems_and_its_card_says_how_to_rerun(cl
     import subprocess
     import sys
 
-    from .conftest import ROOT
+    from tests.factories import ROOT
 
     _finished(run)
     [ckpt] = client_alice.get(f"/api/runs/{run.pk}/checkpoints").json()

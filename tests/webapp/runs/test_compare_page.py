@@ -6,7 +6,7 @@ from training import metrics as metric_registry
 
 from webapp.runs.services import create_run
 
-from .conftest import TINY_OVERRIDES
+from tests.factories import TINY_OVERRIDES
 
 
 def test_compare_with_fewer_than_two_runs_says_why(client_alice, run):
@@ -51,7 +51,7 @@ def test_compare_takes_ids_as_repeated_parameters_as_the_run_pages_form_sends_th
 
 
 def test_the_run_page_offers_the_users_other_runs_to_compare_with(client_alice, user, other_user, problem_set, run):
-    from tests.webapp.runs.conftest import make_problem_set
+    from tests.factories import make_problem_set
 
     other = create_run(user, "other", problem_set, TINY_OVERRIDES)
     bobs = create_run(other_user, "bobs", make_problem_set(other_user), TINY_OVERRIDES)

@@ -2,36 +2,8 @@
 from urllib.parse import quote
 
 from webapp.runs.models import Candidate, ProblemStat
-from webapp.runs.services import ingest_event
 
-from .conftest import problem_event, step_event
-
-# (step, problem_id, candidate statuses, set aside): HumanEval/0 becomes solved at step 2, add-1 is
-# never solved (and, as dynamic sampling does, set aside at steps 1 and 3), add-2 is solved the first
-# time it is sampled (step 2) and not sampled again.
-SAMPLED = [
-    (1, "HumanEval/0", ("failed", "failed"), None), (1, "add-1", ("failed", "failed"), "zero_variance"),
-    (2, "HumanEval/0", ("passed", "failed"), None), (2, "add-2", ("passed", "failed"), None),
-    (3, "HumanEval/0", ("passed", "passed"), None), (3, "add-1", ("failed", "failed"), "zero_variance"),
-]
-
-
-def difficulty_events(steps=(1, 2, 3)):
-    events = []
-    for step in steps:
-        events.append(step_event(step))
-        for s, problem_id, statuses, aside in SAMPLED:
-            if s == step:
-                event = problem_event(step, problem_id, statuses)
-                if aside:
-                    event |= {"used": False, "set_aside": aside, "round": 1}
-                events.append(event)
-    return events
-
-
-def ingest(run, events, first_seq=0):
-    for seq, event in enumerate(events, start=first_seq):
-        ingest_event(run, event, seq=seq, broadcast=False)
+from tests.factories import difficulty_events, ingest, problem_event
 
 
 def test_the_map_lists_each_train_problems_pass_rate_per_step_and_its_status(client_alice, run):
@@ -78,7 +50,7 @@ def test_set_aside_candidates_are_stored_and_listed_as_not_used(client_alice, ru
     used = client_alice.get(f"/api/runs/{run.pk}/problems/{quote('HumanEval/0', safe='')}/candidates").json()
     assert {(c["used"], c["set_aside"]) for c in used} == {(True, None)}
     # A resumed run repeats a step: the newer record, here used after all, replaces the older.
-    ingest(run, [problem_event(3, "add-1", ("passed", "failed"))], first_seq=100)
+    ingest(run, [problem_event(3, "add-1", ("passed", "failed"))])
     assert ProblemStat.objects.get(run=run, problem_id="add-1").set_aside_steps == [1]
     html = client_alice.get(f"/runs/{run.pk}/problems/add-1/candidates?step=1").content.decode()
     assert "not in the update" in html and "zero variance" in html

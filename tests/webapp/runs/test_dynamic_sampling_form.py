@@ -1,7 +1,7 @@
 """sampling.dynamic and sampling.max_rounds on the new-run form, in the run's config and on its page."""
 from webapp.runs.models import Run
 
-from .test_pages import form_data
+from tests.factories import form_data
 
 
 def test_the_form_offers_dynamic_sampling_with_its_help_and_bounds(client_alice, problem_set):

@@ -9,7 +9,9 @@ from webapp.accounts.models import ApiToken
 from webapp.runs.models import Candidate, Checkpoint, Eval, Run, RunEvent, StepMetric
 from webapp.runs.services import create_run
 
-from .conftest import DEMO, demo_config, make_problem_set
+from tests.factories import DEMO, make_problem_set
+
+from .conftest import demo_config
 
 
 async def collect_events(base_url: str, run_id: int, token: str, timeout: float) -> list[dict]:

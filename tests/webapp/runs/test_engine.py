@@ -2,7 +2,6 @@
 lists it, the engine on the Runtime panel with its log, and a real vLLM run through a Celery worker."""
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,10 @@ import pytest
 from webapp.runs.models import Checkpoint, Eval, Run, StepMetric
 from webapp.runs.services import create_run, ingest_event
 
-from .conftest import DEMO, TINY_OVERRIDES, demo_config, make_problem_set, start_event
+from tests.factories import DEMO, TINY_OVERRIDES, make_problem_set, start_event
+from tests.webapp.conftest import wait_for
+
+from .conftest import demo_config
 
 
 def _post(client, problem_set, config):
@@ -88,13 +90,10 @@ def wide_models_dir(models_dir):
 
 
 def _wait_status(run, statuses, timeout_s=600):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def status():
         run.refresh_from_db()
-        if run.status in statuses:
-            return run.status
-        time.sleep(0.3)
-    raise AssertionError(f"run still {run.status}")
+        return run.status if run.status in statuses else None
+    return wait_for(status, timeout_s, f"run {run.pk} in {sorted(statuses)}", interval=0.3)
 
 
 @pytest.mark.e2e
@@ -113,10 +112,10 @@ def test_a_vllm_run_trains_cancels_resumes_and_exports_through_a_worker(celery_w
     config["sampling"]["engine"] = "vllm"
     run = create_run(user, "vllm run", problem_set, config)
 
-    deadline = time.monotonic() + 600
-    while not StepMetric.objects.filter(run=run).exists():
-        assert time.monotonic() < deadline and Run.objects.get(pk=run.pk).status not in ("failed", "succeeded")
-        time.sleep(0.3)
+    def first_step():
+        assert Run.objects.get(pk=run.pk).status not in ("failed", "succeeded")
+        return StepMetric.objects.filter(run=run).exists()
+    wait_for(first_step, 600, "a first step stored", interval=0.3)
     assert client_alice.post(f"/api/runs/{run.pk}/cancel").status_code == 200
     assert _wait_status(run, {"cancelled", "failed"}) == "cancelled", run.error
     done_steps = set(StepMetric.objects.filter(run=run).values_list("step", flat=True))

@@ -11,8 +11,9 @@ from webapp.runs.event_summary import summarize
 from webapp.runs.models import Candidate, RunEvent
 from webapp.runs.services import ingest_event
 
-from .conftest import eval_event, problem_event, step_event
-from .test_websocket import connect, receive_all, setup_run
+from tests.factories import eval_event, problem_event, step_event
+
+from .conftest import connect, receive_all, setup_run
 
 BIG = "x" * 200_000  # a candidate's captured stdout, as a chatty program prints it
 

@@ -1,13 +1,11 @@
 """The runs list as an experiment table; rename, notes and clone."""
-from webapp.runs.models import Run
 from webapp.runs.services import create_run
 
-from .conftest import TINY_OVERRIDES, eval_event, step_event
-from .test_heldout_problems import _ingest
+from tests.factories import TINY_OVERRIDES, eval_event, ingest, step_event
 
 
 def test_the_list_shows_held_out_before_after_best_final_reward_and_duration(client_alice, run):
-    _ingest(run, [eval_event(0, 0.25), step_event(1, 0.4), eval_event(1, 0.75), step_event(2, 0.55),
+    ingest(run, [eval_event(0, 0.25), step_event(1, 0.4), eval_event(1, 0.75), step_event(2, 0.55),
                   eval_event(2, 0.5)])
     row = next(r for r in client_alice.get("/runs/").context["rows"] if r["run"].pk == run.pk)
     assert (row["before"], row["after"], row["best"], row["reward"]) == (0.25, 0.5, 0.75, 0.55)

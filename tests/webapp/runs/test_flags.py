@@ -5,27 +5,14 @@ import pytest
 from django.db import connection
 
 from sandbox.flags import VOCABULARY
-from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import problem_event, step_event, write_events
-
-FLAGGED = {(1, 0): ["spoofed_output"], (1, 2): ["spoofed_output", "broad_except"], (2, 1): ["broad_except"]}
+from tests.factories import flagged_by_step, flagged_events, form_data, ingest, problem_event, step_event
 
 
 @pytest.fixture
 def flagged_run(run):
     """Two steps of HumanEval/0, three candidates each; FLAGGED says which carry which flags."""
-    run.claim(host="h", pid=1)
-    events = []
-    for step in (1, 2):
-        event = problem_event(step, statuses=("passed", "failed", "failed"))
-        for index, cand in enumerate(event["candidates"]):
-            cand["result"]["flags"] = FLAGGED.get((step, index), [])
-        events += [step_event(step), event]
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, flagged_events(1, flagged_by_step(1), penalize=()) + flagged_events(2, flagged_by_step(2), penalize=()))
     return run
 
 
@@ -66,11 +53,7 @@ def test_an_unknown_flag_is_a_400_that_lists_the_valid_ones(client_alice, flagge
 
 
 def test_results_without_flags_never_match_a_flag(client_alice, run):
-    run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", [step_event(1), problem_event(1)])  # results from before flags
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+    ingest(run, [step_event(1), problem_event(1)])  # results from before flags
     assert _picked(client_alice.get(_url(run, "?flag=broad_except"))) == []
 
 
@@ -81,8 +64,6 @@ def test_another_users_run_is_still_not_found_with_a_bad_flag(client, other_user
 
 def test_the_new_run_form_takes_penalize_flags_as_a_list(client_alice, problem_set):
     from webapp.runs.models import Run
-
-    from .test_pages import form_data
 
     r = client_alice.post("/runs/new", form_data(problem_set, **{"reward.penalize_flags": '["cheating"]'}))
     assert r.status_code == 200 and "must be one of exit_before_tests" in r.content.decode()

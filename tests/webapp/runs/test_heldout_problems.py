@@ -2,21 +2,11 @@
 samples stored as the evaluation's candidates."""
 import re
 
-from webapp.runs.supervisor import EventFollower, ingest_new_events
-
-from .conftest import eval_event, problem_event, step_event, write_events
-
-
-def _ingest(run, events):
-    run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+from tests.factories import eval_event, ingest, problem_event, step_event
 
 
 def test_held_out_problems_have_before_and_after_from_each_evaluation(client_alice, run):
-    _ingest(run, [eval_event(0, 0.25, {"add-3": 0.25}), step_event(1, 0.4), problem_event(1),
+    ingest(run, [eval_event(0, 0.25, {"add-3": 0.25}), step_event(1, 0.4), problem_event(1),
                   eval_event(2, 0.75, {"add-3": 0.75})])
     rows = {p["problem_id"]: p for p in client_alice.get(f"/api/runs/{run.pk}/problems").json()}
     assert rows["add-3"]["split"] == "heldout"
@@ -25,13 +15,13 @@ def test_held_out_problems_have_before_and_after_from_each_evaluation(client_ali
 
 
 def test_a_repeated_evaluation_replaces_its_point(client_alice, run):
-    _ingest(run, [eval_event(0, 0.25, {"add-3": 0.25}), eval_event(0, 0.5, {"add-3": 0.5})])
+    ingest(run, [eval_event(0, 0.25, {"add-3": 0.25}), eval_event(0, 0.5, {"add-3": 0.5})])
     rows = {p["problem_id"]: p for p in client_alice.get(f"/api/runs/{run.pk}/problems").json()}
     assert rows["add-3"]["history"] == [[0, 0.5]]
 
 
 def test_a_held_out_problems_pane_gives_its_evaluations(client_alice, run):
-    _ingest(run, [eval_event(0, 0.25, {"add-3": 0.25}), eval_event(2, 0.75, {"add-3": 0.75})])
+    ingest(run, [eval_event(0, 0.25, {"add-3": 0.25}), eval_event(2, 0.75, {"add-3": 0.75})])
     html = client_alice.get(f"/runs/{run.pk}/problems/add-3/candidates").content.decode()
     assert "step 0: <strong>25%</strong> → step 2: <strong>75%</strong>" in html
     assert "No candidates" not in html
@@ -46,7 +36,7 @@ def _eval_with_samples(step, statuses, problem_id="add-3"):
 
 
 def test_held_out_samples_are_stored_as_eval_candidates_apart_from_train_ones(client_alice, run):
-    _ingest(run, [_eval_with_samples(0, ("failed", "timeout")), step_event(1, 0.4), problem_event(1),
+    ingest(run, [_eval_with_samples(0, ("failed", "timeout")), step_event(1, 0.4), problem_event(1),
                   _eval_with_samples(2, ("passed", "failed", "passed"))])
     url = f"/api/runs/{run.pk}/problems/add-3/candidates"
     every = client_alice.get(url).json()
@@ -69,26 +59,26 @@ def test_held_out_samples_are_stored_as_eval_candidates_apart_from_train_ones(cl
 def test_evaluation_samples_stay_out_of_what_counts_training_candidates(client_alice, run):
     from webapp.runs import queries, rescore
 
-    _ingest(run, [_eval_with_samples(0, ("timeout", "timeout")), step_event(1, 0.4), problem_event(1)])
+    ingest(run, [_eval_with_samples(0, ("timeout", "timeout")), step_event(1, 0.4), problem_event(1)])
     assert queries.sandbox_health(run)["timeouts"] == 0 and queries.sandbox_health(run)["total"] == 2
     assert rescore.stored_steps(run) == (1, 1)
 
 
 def test_a_repeated_evaluation_replaces_its_samples(client_alice, run):
-    _ingest(run, [_eval_with_samples(0, ("failed", "failed")), _eval_with_samples(0, ("passed",))])
+    ingest(run, [_eval_with_samples(0, ("failed", "failed")), _eval_with_samples(0, ("passed",))])
     samples = client_alice.get(f"/api/runs/{run.pk}/problems/add-3/candidates?phase=eval").json()
     assert [(c["step"], c["outcome"]) for c in samples] == [(0, "passed")]
 
 
 def test_another_users_held_out_samples_are_not_found(client, other_user, run):
-    _ingest(run, [_eval_with_samples(0, ("failed",))])
+    ingest(run, [_eval_with_samples(0, ("failed",))])
     client.force_login(other_user)
     assert client.get(f"/api/runs/{run.pk}/problems/add-3/candidates?phase=eval").status_code == 404
     assert client.get(f"/runs/{run.pk}/problems/add-3/candidates?step=0").status_code == 404
 
 
 def test_a_held_out_problems_pane_lists_the_samples_before_and_after_training(client_alice, run):
-    _ingest(run, [_eval_with_samples(0, ("failed", "timeout")), _eval_with_samples(3, ("passed", "passed"))])
+    ingest(run, [_eval_with_samples(0, ("failed", "timeout")), _eval_with_samples(3, ("passed", "passed"))])
     run.finish("succeeded")
     html = client_alice.get(f"/runs/{run.pk}/problems/add-3/candidates?step=0").content.decode()
     assert "step 0: <strong>0%</strong> → step 3: <strong>100%</strong>" in html

@@ -5,21 +5,13 @@ from webapp.runs import queries
 from webapp.runs.models import Candidate, Checkpoint, Eval, ProblemStat, RunEvent, StepMetric
 from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import full_run_events, problem_event, step_event, write_events
-
-
-def follow_all(run):
-    follower = EventFollower(run.path / "events.jsonl", offset=run.events_offset, seq=run.events_seq)
-    try:
-        return ingest_new_events(run, follower)
-    finally:
-        follower.close()
+from tests.factories import full_run_events, ingest, problem_event, step_event, write_events
 
 
 def test_a_whole_run_lands_in_the_tables(run):
     assert run.claim(host="h", pid=1)
     write_events(run.path / "events.jsonl", full_run_events(run.path, steps=2))
-    follow_all(run)
+    ingest(run, claim=False)
     run.refresh_from_db()
     assert run.status == "succeeded" and run.step == 2
     assert list(StepMetric.objects.filter(run=run).values_list("step", flat=True)) == [1, 2]
@@ -48,7 +40,7 @@ def test_a_partial_last_line_waits_for_its_newline(run):
 
 def test_rereading_the_file_never_duplicates_events(run):
     write_events(run.path / "events.jsonl", [step_event(1), problem_event(1)])
-    follow_all(run)
+    ingest(run, claim=False)
     # A new follower that starts over from byte 0 (e.g. a supervisor restarted without its offset).
     follower = EventFollower(run.path / "events.jsonl")
     ingest_new_events(run, follower)
@@ -59,19 +51,19 @@ def test_rereading_the_file_never_duplicates_events(run):
 
 def test_the_follower_continues_from_the_stored_offset(run):
     write_events(run.path / "events.jsonl", [step_event(1)])
-    follow_all(run)
+    ingest(run, claim=False)
     run.refresh_from_db()
     write_events(run.path / "events.jsonl", [step_event(2)])
-    new = follow_all(run)
+    new = ingest(run, claim=False)
     assert [e["step"] for e in new] == [2]
     assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == [0, 1]
 
 
 def test_a_resumed_run_repeating_a_step_replaces_that_steps_records(run):
     write_events(run.path / "events.jsonl", [step_event(1, 0.1), problem_event(1, statuses=("failed", "failed"))])
-    follow_all(run)
+    ingest(run, claim=False)
     write_events(run.path / "events.jsonl", [step_event(1, 0.9), problem_event(1, statuses=("passed", "passed"))])
-    follow_all(run)
+    ingest(run, claim=False)
     assert StepMetric.objects.get(run=run, step=1).metrics["reward/mean"] == 0.9
     assert sorted(Candidate.objects.filter(run=run).values_list("status", flat=True)) == ["passed", "passed"]
     assert ProblemStat.objects.get(run=run, problem_id="HumanEval/0").history == [[1, 1.0]]
@@ -83,14 +75,14 @@ def test_a_corrupt_line_is_recorded_and_numbering_stays_exact(run):
     with open(path, "a") as f:
         f.write("{not json\n")
     write_events(path, [step_event(2)])
-    follow_all(run)
+    ingest(run, claim=False)
     rows = list(RunEvent.objects.filter(run=run).values_list("seq", "kind"))
     assert rows == [(0, "step"), (1, "invalid"), (2, "step")]
 
 
 def test_candidates_list_tests_that_never_ran_as_failed_and_label_the_outcome(run):
     write_events(run.path / "events.jsonl", [problem_event(1, statuses=("timeout", "passed"))])
-    follow_all(run)
+    ingest(run, claim=False)
     failed = queries.candidates(run, "HumanEval/0", status="failed")
     assert len(failed) == 1 and failed[0]["outcome"] == "timeout"
     assert [t["passed"] for t in failed[0]["result"]["tests"]] == [False, False]
@@ -108,7 +100,7 @@ def test_nul_characters_in_model_output_are_stored_as_replacement_characters(run
     event["candidates"][0]["code"] = "def f():\n    return '\x00'\n"
     event["candidates"][0]["result"]["stdout"] = "a\x00b"
     write_events(run.path / "events.jsonl", [step_event(1), event])
-    follow_all(run)
+    ingest(run, claim=False)
     candidate = Candidate.objects.get(run=run, index=0)
     assert candidate.code == "def f():\n    return '\ufffd'\n"
     assert candidate.result["stdout"] == "a\ufffdb" and candidate.problem_id == "nul\ufffdid"
@@ -152,7 +144,7 @@ def test_candidates_keep_whether_they_were_truncated_and_their_overlong_penalty(
     event["candidates"][0].update(truncated=True, overlong_penalty=-0.25)
     event["candidates"][1]["truncated"] = False
     write_events(run.path / "events.jsonl", [event])
-    follow_all(run)
+    ingest(run, claim=False)
     failed, passed = queries.candidates(run, "HumanEval/0", status="failed"), queries.candidates(run, "HumanEval/0",
                                                                                                  status="passed")
     assert (failed[0]["truncated"], failed[0]["overlong_penalty"]) == (True, -0.25)
@@ -200,7 +192,7 @@ def test_an_old_problem_event_reads_pass_rate_as_solve_rate_and_gets_trainings_z
     write_events(run.path / "events.jsonl", [
         _old_problem_line(1, "flat", [0.5, 0.5 + ZERO_VARIANCE_ATOL / 2], ("passed", "failed")),
         _old_problem_line(1, "varied", [0.5, 0.5 + 2 * ZERO_VARIANCE_ATOL], ("failed", "failed"))])
-    follow_all(run)
+    ingest(run, claim=False)
     flat, varied = (ProblemStat.objects.get(run=run, problem_id=p) for p in ("flat", "varied"))
     assert flat.history == [[1, 0.5]] and flat.zero_variance_steps == [1]  # within training's tolerance
     assert varied.history == [[1, 0.0]] and varied.zero_variance_steps == []
@@ -210,7 +202,7 @@ def test_an_old_problem_event_reads_pass_rate_as_solve_rate_and_gets_trainings_z
 
 def test_an_event_that_breaks_its_definition_is_stored_as_written_and_changes_nothing(run):
     write_events(run.path / "events.jsonl", [{"event": "step", "step": "one", "metrics": {}}, step_event(2)])
-    follow_all(run)
+    ingest(run, claim=False)
     assert list(RunEvent.objects.filter(run=run).values_list("seq", "kind")) == [(0, "step"), (1, "step")]
     assert RunEvent.objects.get(run=run, seq=0).payload["step"] == "one"
     assert list(StepMetric.objects.filter(run=run).values_list("step", flat=True)) == [2]

@@ -11,21 +11,8 @@ from django.utils.html import escape
 from sandbox.flags import FLAGS, VOCABULARY
 from webapp.runs.services import create_run, ingest_event
 
-from .conftest import TINY_OVERRIDES, problem_event, step_event
-
-# (step, candidate index) -> flags of its result; HumanEval/0 has three candidates a step.
-FLAGGED = {(1, 0): ["spoofed_output"], (1, 2): ["spoofed_output", "broad_except"], (2, 1): ["broad_except"]}
-PENALIZE = ["spoofed_output"]
-
-
-def _flag_metrics(step):
-    counts = {name: sum(name in flags for (s, _), flags in FLAGGED.items() if s == step) for name in VOCABULARY}
-    return {f"flags/{name}": n for name, n in counts.items()} | {"candidates": 3}
-
-
-def _ingest(run, events):
-    for seq, event in enumerate(events):
-        ingest_event(run, event, seq=seq)
+from tests.factories import (PENALIZE, TINY_OVERRIDES, flagged_by_step, flagged_events, ingest, problem_event,
+                             step_event)
 
 
 @pytest.fixture
@@ -33,19 +20,7 @@ def flagged_run(user, problem_set):
     """Two steps of HumanEval/0 whose candidates carry FLAGGED, in a run that penalizes PENALIZE."""
     run = create_run(user, "flagged run", problem_set, TINY_OVERRIDES | {"reward": {"penalize_flags": PENALIZE}})
     run.claim(host="h", pid=1)
-    events = []
-    for step in (1, 2):
-        step_ev = step_event(step)
-        step_ev["metrics"] |= _flag_metrics(step)
-        event = problem_event(step, statuses=("passed", "failed", "failed"))
-        for index, cand in enumerate(event["candidates"]):
-            flags = FLAGGED.get((step, index), [])
-            cand["result"]["flags"] = flags
-            penalized = [f for f in PENALIZE if f in flags]
-            if penalized:  # as the trainer writes a penalized candidate
-                cand |= {"penalized_flags": penalized, "reward": 0.0}
-        events += [step_ev, event]
-    _ingest(run, events)
+    ingest(run, flagged_events(1, flagged_by_step(1)) + flagged_events(2, flagged_by_step(2)))
     return run
 
 
@@ -117,14 +92,14 @@ def test_a_run_without_flags_says_so_and_a_trainer_from_before_them_is_named(cli
     run.claim(host="h", pid=1)
     quiet = step_event(1)
     quiet["metrics"] |= {f"flags/{name}": 0 for name in VOCABULARY} | {"candidates": 2}
-    _ingest(run, [quiet, problem_event(1)])
+    ingest(run, [quiet, problem_event(1)])
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert "No candidate carried a flag in 1 step." in html and "integrity-unreported" not in html
     assert "no flag is penalized" in html
 
     old = create_run(run.owner, "old trainer", run.problem_set, TINY_OVERRIDES)
     old.claim(host="h", pid=1)
-    _ingest(old, [step_event(1), problem_event(1)])  # no flags/<name> metrics at all
+    ingest(old, [step_event(1), problem_event(1)])  # no flags/<name> metrics at all
     html = client_alice.get(f"/runs/{old.pk}/").content.decode()
     assert 'id="integrity-unreported"' in html and "does not report flags" in html
     assert _row(html, "spoofed_output").split()[-2:] == ["—", "—"]

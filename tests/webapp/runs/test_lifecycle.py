@@ -6,7 +6,7 @@ from training.config import ConfigError
 from webapp.runs.models import Run, TransitionError
 from webapp.runs.services import create_run, resume_run, cancel_run
 
-from .conftest import make_problem_set
+from tests.factories import make_problem_set
 
 
 def test_create_run_merges_over_defaults_and_writes_its_own_run_dir(run, problem_set):
@@ -39,7 +39,7 @@ def test_problems_come_from_the_problem_set_not_the_config(user, problem_set):
 
 
 def test_a_set_without_train_problems_is_refused(user):
-    from .conftest import problem_lines
+    from tests.factories import problem_lines
 
     ps = make_problem_set(user, data=problem_lines(n_train=0, n_heldout=2))
     with pytest.raises(ConfigError) as e:

@@ -5,8 +5,7 @@ import pytest
 
 from webapp.runs.models import Run
 
-from .conftest import TINY_OVERRIDES
-from .test_pages import form_data
+from tests.factories import TINY_OVERRIDES, form_data
 
 HUGE = [
     ({"train": {"steps": 2**63}}, "train.steps"),

@@ -2,28 +2,19 @@
 import json
 import os
 import signal
-import time
 
 import pytest
 
 from webapp.runs.models import Run, RunEvent
 
-from .conftest import TINY_OVERRIDES, make_problem_set
+from tests.factories import TINY_OVERRIDES, make_problem_set
+from tests.webapp.conftest import wait_for
 
 
 @pytest.fixture
 def service_env(service_env):
-    # The worker's supervisor starts the scripted trainer (tests/webapp/runs/scripted_trainer.py).
-    return dict(service_env, CRUCIBLE_TEST_TRAINER_MODULE="tests.webapp.runs.scripted_trainer")
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met in {timeout} s")
+    # The worker's supervisor starts the fake trainer (tests/webapp/fake_trainer.py), scripted per run.
+    return dict(service_env, CRUCIBLE_TEST_TRAINER_MODULE="tests.webapp.fake_trainer")
 
 
 @pytest.mark.e2e
@@ -37,13 +28,13 @@ def test_a_killed_gpu_worker_process_loses_none_of_its_trainers_last_words(celer
     (run.path / "scripted.json").write_text(json.dumps({"steps": 2, "then": "hang", "save_s": 2}))
     monkeypatch.undo()
     services.enqueue_run(run)
-    wait_for(lambda: Run.objects.get(pk=run.pk).step == 2, what="step 2 stored")
+    wait_for(lambda: Run.objects.get(pk=run.pk).step == 2, timeout=60, what="step 2 stored")
     run.refresh_from_db()
 
     os.kill(run.worker_pid, signal.SIGKILL)  # the pool process supervising the run
 
     try:
-        wait_for(lambda: Run.objects.get(pk=run.pk).is_finished, what="a verdict")
+        wait_for(lambda: Run.objects.get(pk=run.pk).is_finished, timeout=60, what="a verdict")
     except AssertionError:
         raise AssertionError((tmp_path / "worker.log").read_text()[-4000:]) from None
     run.refresh_from_db()

@@ -9,9 +9,7 @@ import yaml
 
 from webapp.runs.models import Checkpoint, Run
 
-from .conftest import TINY_OVERRIDES, install_model_stub, make_problem_set
-from .test_api import finished_run
-from .test_pages import form_data
+from tests.factories import TINY_OVERRIDES, finished_run, form_data, install_model_stub, make_problem_set
 
 
 def post_run(client, problem_set, name_or_path, **model):

@@ -2,8 +2,7 @@
 from webapp.problems.models import ProblemSet
 from webapp.runs.models import Run
 
-from .conftest import make_problem_set, problem_lines
-from .test_pages import form_data
+from tests.factories import form_data, make_problem_set, problem_lines
 
 
 def test_it_preselects_the_newest_set_with_a_held_out_split_not_the_newest_upload(client_alice, user):

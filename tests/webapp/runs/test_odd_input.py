@@ -13,8 +13,7 @@ from django.test import Client
 from training.config import _hints, _union_args, leaf_fields
 from webapp.runs.models import Run
 
-from .conftest import TINY_OVERRIDES, problem_lines
-from .test_pages import form_data
+from tests.factories import TINY_OVERRIDES, form_data, problem_lines
 
 SURROGATE = "a\ud800b"
 LONG_VALUES = ["a" * 5000, "models/" + "a" * 5000, "models/" + "a" * 300, "models/" + "/".join(["a"] * 2000),
@@ -247,7 +246,7 @@ def test_a_trainer_event_holding_lone_surrogates_is_stored_with_replacement_char
     from webapp.runs.models import Candidate
     from webapp.runs.services import ingest_event
 
-    from .conftest import problem_event
+    from tests.factories import problem_event
 
     event = problem_event(1, problem_id="p\ud800")
     event["candidates"][0]["code"] = "print('\udcff')\n"  # as json.loads reads "\\udcff" from events.jsonl

@@ -3,29 +3,7 @@
 from webapp.runs.models import Run
 from webapp.runs.services import create_run
 
-from .conftest import TINY_OVERRIDES
-from .test_api import finished_run
-
-
-def form_data(problem_set, **changes):
-    from webapp.runs.forms import RunForm, flatten
-    from webapp.runs.presets import get_preset
-    from webapp.runs.config import default_config, merge_config
-
-    values = flatten(merge_config(default_config(), merge_config(get_preset("cpu-demo")["config"], TINY_OVERRIDES)))
-    data = {"name": "form run", "problem_set": problem_set.pk}
-    for k, v in values.items():
-        if isinstance(v, bool):
-            if v:
-                data[k] = "on"
-        elif v is None:
-            data[k] = ""
-        elif isinstance(v, list):
-            data[k] = __import__("json").dumps(v)
-        else:
-            data[k] = v
-    data.update(changes)
-    return data
+from tests.factories import TINY_OVERRIDES, finished_run, form_data
 
 
 def test_the_form_has_every_config_field_with_defaults_bounds_and_help(client_alice, problem_set):
@@ -129,7 +107,7 @@ def test_the_candidates_fragment_highlights_code_and_shows_tests(client_alice, r
 def test_the_candidates_fragment_badges_truncated_candidates_and_shows_their_overlong_penalty(client_alice, run):
     from webapp.runs.services import ingest_event
 
-    from .conftest import problem_event
+    from tests.factories import problem_event
 
     event = problem_event(1, statuses=("failed", "failed"))
     event["candidates"][0].update(truncated=True, overlong_penalty=-0.5)
@@ -170,7 +148,7 @@ def test_the_embedded_state_is_json_that_cannot_close_its_script_tag(client_alic
 
     from webapp.runs.services import ingest_event
 
-    from .conftest import problem_event, step_event
+    from tests.factories import problem_event, step_event
 
     ingest_event(run, step_event(1), seq=0)
     ingest_event(run, problem_event(1, "</script><b>x"), seq=1)

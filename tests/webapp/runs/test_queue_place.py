@@ -2,8 +2,7 @@
 from webapp.runs.models import Run
 from webapp.runs.services import create_run
 
-from .conftest import TINY_OVERRIDES
-from .test_pages import form_data
+from tests.factories import TINY_OVERRIDES, form_data
 
 
 def _queued(user, problem_set, name):

@@ -1,44 +1,14 @@
 """What-if re-scoring: POST /api/runs/{id}/rescore, the run page's panel and "Start a run with these weights"."""
 from __future__ import annotations
 
-import random
-import time
 
 import pytest
 
 from training.rescore import RewardSettings, StoredCandidate, rescore
 from webapp.runs.models import Candidate
 from webapp.runs.services import create_run
-from webapp.runs.supervisor import EventFollower, ingest_new_events
 
-from .conftest import TINY_OVERRIDES, result, step_event, write_events
-
-DIMS = ("pass_rate", "syntax", "efficiency", "conciseness", "format")
-
-
-def problem_event(step: int, problem_id: str, rng: random.Random, k: int = 4, flags=()) -> dict:
-    cands = []
-    for i in range(k):
-        rewards = {d: rng.choice([0.0, 1.0, round(rng.random(), 3)]) for d in DIMS}
-        res = result("passed" if rewards["pass_rate"] == 1.0 else "failed")
-        res["flags"] = list(flags) if i == 0 else []
-        total = sum(w * rewards[d] for d, w in zip(DIMS, (0.6, 0.15, 0.1, 0.05, 0.1)))
-        cands.append({"code": f"def f():\n    return {i}\n", "reward": total, "rewards": rewards, "result": res})
-    return {"event": "problem", "step": step, "problem_id": problem_id, "candidates": cands, "time": time.time()}
-
-
-def trained(run, steps=12, flags=()):
-    """``run`` with ``steps`` steps of two problems x 4 candidates stored, as the supervisor stores them."""
-    rng = random.Random(run.pk)
-    run.claim(host="h", pid=1)
-    events = []
-    for s in range(1, steps + 1):
-        events += [step_event(s), problem_event(s, "HumanEval/0", rng, flags=flags), problem_event(s, "add-1", rng)]
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
-    return run
+from tests.factories import DEFAULT_WEIGHTS, DIMS, TINY_OVERRIDES, trained
 
 
 def post(client, run, body):
@@ -61,7 +31,7 @@ def test_it_answers_the_last_ten_steps_with_trainings_own_functions(client_alice
     rows = Candidate.objects.filter(run=run, step__gte=3)
     expected = rescore([StoredCandidate(step=c.step, problem_id=c.problem_id, index=c.index, rewards=c.rewards,
                                         reward=c.reward) for c in rows],
-                       RewardSettings(weights=dict(zip(DIMS, (0.6, 0.15, 0.1, 0.05, 0.1)))), data["weights"])
+                       RewardSettings(weights=dict(zip(DIMS, DEFAULT_WEIGHTS))), data["weights"])
     assert data["steps"] == [{**s} for s in expected["steps"]]
     for got, want in zip(data["problems"], expected["problems"]):
         assert got["problem_id"] == want["problem_id"] and got["rank_corr"] == pytest.approx(want["rank_corr"])

@@ -6,8 +6,9 @@ from webapp.runs import runtime
 from webapp.runs.runtime import MISMATCH_KL_WARN, layer_mix, mismatch_warning, runtime_rows
 from webapp.runs.services import ingest_event
 
-from .conftest import runtime_block, start_event, step_event
-from .test_websocket import connect, receive_all, setup_run
+from tests.factories import runtime_block, start_event, step_event
+
+from .conftest import connect, receive_all, setup_run
 
 
 def test_the_layer_mix_reads_as_counts_largest_first():

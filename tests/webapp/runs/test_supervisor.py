@@ -17,27 +17,19 @@ from webapp.runs.services import cancel_run
 from webapp.core.trainer_process import pid_alive, trainer_env
 from webapp.runs.supervisor import fail_lost_runs, supervise_run, trainer_command
 
-from .conftest import ROOT, write_events, step_event
+from tests.factories import ROOT, step_event, write_events
+from tests.webapp.conftest import wait_for
 
 pytestmark = pytest.mark.e2e  # the supervisor starts (scripted) trainer subprocesses
 
 
 @pytest.fixture(autouse=True)
 def scripted(settings):
-    settings.CRUCIBLE_TRAINER_MODULE = "tests.webapp.runs.scripted_trainer"
+    settings.CRUCIBLE_TRAINER_MODULE = "tests.webapp.fake_trainer"
 
 
 def script(run, **kw):
     (run.path / "scripted.json").write_text(json.dumps(kw))
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def test_a_finishing_trainer_makes_the_run_succeed(run):
@@ -94,7 +86,7 @@ def test_hf_offline_puts_trainers_in_the_hubs_offline_mode(settings, monkeypatch
 def test_cancel_sends_sigterm_and_the_trainer_checkpoints_and_stops(user, settings, tmp_path):
     from webapp.runs.services import create_run
 
-    from .conftest import TINY_OVERRIDES, make_problem_set
+    from tests.factories import TINY_OVERRIDES, make_problem_set
 
     run = create_run(user, "to cancel", make_problem_set(user), TINY_OVERRIDES)
     script(run, steps=1, then="hang")
@@ -116,7 +108,7 @@ def test_a_run_resumed_while_its_cancelled_trainer_exits_is_left_to_the_new_atte
     from webapp.runs import services
     from webapp.runs.services import create_run, resume_run
 
-    from .conftest import TINY_OVERRIDES, make_problem_set
+    from tests.factories import TINY_OVERRIDES, make_problem_set
 
     monkeypatch.setattr(services, "enqueue_run", lambda run: None)  # the new attempt is not started here
     run = create_run(user, "cancel then resume", make_problem_set(user), TINY_OVERRIDES)
@@ -316,7 +308,7 @@ def test_a_run_the_user_resumed_by_hand_is_not_resumed_again(run, monkeypatch):
 def test_cancel_of_a_trainer_still_loading_its_model_is_immediate_and_ends_cancelled(user):
     from webapp.runs.services import create_run
 
-    from .conftest import TINY_OVERRIDES, make_problem_set
+    from tests.factories import TINY_OVERRIDES, make_problem_set
 
     run = create_run(user, "cancel while loading", make_problem_set(user), TINY_OVERRIDES)
     script(run, starting_s=600)  # deaf to SIGTERM for ten minutes, like a hub retry loop

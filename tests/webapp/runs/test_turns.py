@@ -2,49 +2,21 @@
 the candidates API and the inspector, turn-1 pass rates in the per-problem table and evaluations."""
 import pytest
 
-from webapp.runs.supervisor import EventFollower, ingest_new_events
-
-from .conftest import TINY_OVERRIDES, eval_event, problem_event, result, step_event, write_events
-
-WRONG = "def add0(a, b):\n    return a - b\n"
-RIGHT = "def add0(a, b):\n    return a + b\n"
-FEEDBACK = ("Your program did not pass: wrong answer (1 of 2 tests passed).\n\nFailing tests:\n"
-            "- test 2: `assert add0(2, 2) == 4` -> AssertionError")
-
-
-def repair_event(step, problem_id="HumanEval/0"):
-    """A problem event of a two-turn run: candidate 0 fails, is told why and passes; candidate 1 passes at once."""
-    event = problem_event(step, problem_id, ("passed", "passed"))
-    first = {"reply": f"```python\n{WRONG}```", "code": WRONG, "feedback": FEEDBACK, "result": result("failed"),
-             "reward": 0.3, "rewards": {"pass_rate": 0.5}, "truncated": False, "flags": []}
-    second = {"reply": f"```python\n{RIGHT}```", "code": RIGHT, "feedback": None, "result": result("passed", 2),
-              "reward": 1.0, "rewards": {"pass_rate": 1.0}, "truncated": False, "flags": []}
-    event["candidates"][0]["turns"] = [first, second]
-    event["candidates"][0]["code"] = RIGHT
-    event["candidates"][1]["turns"] = [dict(second, feedback=None)]
-    event["pass_rate_turn1"] = 0.5
-    return event
-
-
-def _ingest(run, events):
-    run.claim(host="h", pid=1)
-    write_events(run.path / "events.jsonl", events)
-    follower = EventFollower(run.path / "events.jsonl")
-    ingest_new_events(run, follower)
-    follower.close()
+from tests.factories import (FEEDBACK, RIGHT_ADD0, WRONG_ADD0, discounted_repair_run, eval_event, form_data,
+                             ingest, problem_event, repair_event, step_event)
 
 
 def test_a_candidates_turns_are_stored_and_served_with_the_feedback_between_them(client_alice, run):
-    _ingest(run, [step_event(1), repair_event(1)])
+    ingest(run, [step_event(1), repair_event(1)])
     cands = client_alice.get(f"/api/runs/{run.pk}/problems/HumanEval/0/candidates").json()
     assert [len(c["turns"]) for c in cands] == [2, 0]  # one turn is a one-turn candidate: no turns list
     first, second = cands[0]["turns"]
-    assert first["code"] == WRONG and first["feedback"] == FEEDBACK and first["result"]["status"] == "failed"
-    assert second["code"] == cands[0]["code"] == RIGHT and second["feedback"] is None
+    assert first["code"] == WRONG_ADD0 and first["feedback"] == FEEDBACK and first["result"]["status"] == "failed"
+    assert second["code"] == cands[0]["code"] == RIGHT_ADD0 and second["feedback"] is None
 
 
 def test_the_inspector_shows_each_turn_what_the_model_was_told_and_a_diff(client_alice, run):
-    _ingest(run, [step_event(1), repair_event(1)])
+    ingest(run, [step_event(1), repair_event(1)])
     html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval/0/candidates?status=passed").content.decode()
     assert html.count('class="turn"') == 2 and "2 turns" in html
     assert "What the model was told after turn 1" in html and "assert add0(2, 2) == 4" in html
@@ -56,7 +28,7 @@ def test_turn_one_pass_rates_reach_the_problem_table_and_the_evaluations(client_
     evaluation = eval_event(0, 0.5, {"add-3": 0.5})
     evaluation["pass@1/turn1"] = 0.25
     evaluation["per_problem"]["add-3"]["pass@1/turn1"] = 0.25
-    _ingest(run, [evaluation, step_event(1), repair_event(1)])
+    ingest(run, [evaluation, step_event(1), repair_event(1)])
     rows = {p["problem_id"]: p for p in client_alice.get(f"/api/runs/{run.pk}/problems").json()}
     assert rows["HumanEval/0"]["pass_rate_turn1"] == 0.5 and rows["add-3"]["pass_rate_turn1"] == 0.25
     detail = client_alice.get(f"/runs/{run.pk}/").content.decode()
@@ -64,15 +36,13 @@ def test_turn_one_pass_rates_reach_the_problem_table_and_the_evaluations(client_
 
 
 def test_a_one_turn_runs_page_has_no_repair_chart(client_alice, run):
-    _ingest(run, [step_event(1), problem_event(1)])
+    ingest(run, [step_event(1), problem_event(1)])
     assert 'id="chart-repair"' not in client_alice.get(f"/runs/{run.pk}/").content.decode()
 
 
 def test_the_new_run_form_takes_turns_and_feedback_and_refuses_turns_with_completion_prompts(client_alice,
                                                                                              problem_set):
     from webapp.runs.models import Run
-
-    from .test_pages import form_data
 
     data = form_data(problem_set, **{"sampling.prompt_style": "chat", "sampling.turns": "2",
                                      "reward.turns": "discounted", "feedback.tests_shown": "1"})
@@ -88,7 +58,7 @@ def test_the_new_run_form_takes_turns_and_feedback_and_refuses_turns_with_comple
 def test_a_flag_raised_by_an_earlier_turn_is_found_by_the_flag_filter_and_shown_on_that_turn(client_alice, run):
     event = repair_event(1)
     event["candidates"][0]["turns"][0]["flags"] = ["hardcoded_outputs"]  # turn 1 hard-coded; turn 2 is clean
-    _ingest(run, [step_event(1), event])
+    ingest(run, [step_event(1), event])
     listed = client_alice.get(f"/api/runs/{run.pk}/problems/HumanEval/0/candidates?flag=hardcoded_outputs").json()
     assert [c["index"] for c in listed] == [0]
     html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval/0/candidates?status=passed"
@@ -107,7 +77,8 @@ def test_a_two_turn_run_trains_evaluates_checkpoints_and_resumes_through_a_worke
     from webapp.runs.models import Candidate, Checkpoint, Eval, Run, StepMetric
     from webapp.runs.services import create_run
 
-    from .conftest import DEMO, demo_config, make_problem_set
+    from tests.factories import DEMO, make_problem_set
+    from .conftest import demo_config
 
     def wait(statuses):
         deadline = _time.monotonic() + 600
@@ -143,30 +114,6 @@ def test_a_two_turn_run_trains_evaluates_checkpoints_and_resumes_through_a_worke
     assert Eval.objects.filter(run=run).exists() and Checkpoint.objects.filter(run=run, step=3).exists()
     served = client.get(f"/api/runs/{run.pk}/problems/{two[0].problem_id}/candidates?step={two[0].step}").json()
     assert any(len(c.get("turns") or []) == 2 for c in served)
-
-
-def discounted_repair_run(user, problem_set):
-    """A ``reward.turns: discounted`` run (gamma 0.5, Dr. GRPO, weights pass_rate/syntax 0.5/0.5) with one
-    stored group: A fails (pass_rate 0, syntax 1: 0.5), is told why and passes (1.0); B passes half the
-    tests at once (0.75). Its turns are stored without their overlong penalty, as runs were before it was:
-    the re-scoring infers the one their stored totals imply (0 here)."""
-    from webapp.runs.services import create_run
-
-    config = {**TINY_OVERRIDES, "sampling": {**TINY_OVERRIDES["sampling"], "prompt_style": "chat", "turns": 2},
-              "reward": {"turns": "discounted", "turn_discount": 0.5, "clip": None,
-                         "weights": {"pass_rate": 0.5, "syntax": 0.5, "efficiency": 0.0, "conciseness": 0.0,
-                                     "format": 0.0}},
-              "ppo": {"advantage": "dr_grpo"}}
-    run = create_run(user, "repair", problem_set, config)
-    event = repair_event(1)
-    a, b = event["candidates"]
-    a["turns"][0].update(rewards={"pass_rate": 0.0, "syntax": 1.0}, reward=0.5)
-    a["turns"][1].update(rewards={"pass_rate": 1.0, "syntax": 1.0}, reward=1.0)
-    b["turns"][0].update(rewards={"pass_rate": 0.5, "syntax": 1.0}, reward=0.75)
-    for c in (a, b):
-        c.update(rewards=c["turns"][-1]["rewards"], reward=c["turns"][-1]["reward"])
-    _ingest(run, [step_event(1), event])
-    return run
 
 
 def test_what_if_rescoring_credits_each_turn_as_discounted_training_did(client_alice, user, problem_set):

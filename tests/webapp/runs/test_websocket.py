@@ -8,36 +8,11 @@ from django.contrib.auth import get_user_model
 
 from webapp.accounts.models import ApiToken
 from webapp.asgi import application
-from webapp.runs.services import create_run, ingest_event
+from webapp.runs.services import ingest_event
 
-from .conftest import TINY_OVERRIDES, make_problem_set, problem_event, step_event
+from tests.factories import problem_event, step_event
 
-ORIGIN = (b"origin", b"http://127.0.0.1")
-
-
-def setup_run(username="wsowner"):
-    user = get_user_model().objects.create_user(username, password="ws-password-1")
-    run = create_run(user, "ws run", make_problem_set(user), TINY_OVERRIDES)
-    return user, run, ApiToken.issue(user, "test")[1]
-
-
-def token_header(token):
-    return (b"authorization", f"Bearer {token}".encode())
-
-
-async def connect(run, token, query=""):
-    communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/{query}",
-                                         headers=[ORIGIN, token_header(token)])
-    connected, code = await communicator.connect()
-    return communicator, connected, code
-
-
-async def receive_all(communicator, timeout=1.0):
-    # receive_nothing (unlike a timed-out receive) leaves the application running.
-    out = []
-    while not await communicator.receive_nothing(timeout=timeout):
-        out.append(await communicator.receive_json_from(timeout=5))
-    return out
+from .conftest import ORIGIN, connect, receive_all, setup_run
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,22 +1,30 @@
-"""A stand-in for `python -m training run` that the supervisor tests launch to script exit paths.
+"""A stand-in for `python -m training run` that tests launch instead of training: the web app's workers
+and supervisor run it (``CRUCIBLE_TRAINER_MODULE``, or ``CRUCIBLE_TEST_TRAINER_MODULE`` for worker
+processes) where a test needs a run's exit paths, not its learning.
 
-Reads the same CLI (`run --config C --out D [--resume]`) and writes its events with training's own
-constructors (training/events.py), as the trainer does; what it
-does next comes from `scripted.json` in the run dir: {"steps": N, "then": "done"|"crash"|"hang",
-"linger_s": S (seconds between the final `done` on SIGTERM and the exit), "save_s": S (seconds the
-checkpoint on SIGTERM takes to save), "starting_s": S (seconds spent "loading the model" before
-`start`, deaf to SIGTERM as a hub retry or a C extension can be)}.
-On SIGTERM it saves a checkpoint (a real adapter-shaped directory) and writes `done cancelled` like
-the real trainer.
+It reads the same CLI (`run --config C --out D [--resume]`) and writes its events with training's own
+constructors (training/events.py), as the trainer does. What it does comes from `scripted.json` in the
+run dir; without one it succeeds at once (start, one step, done), which is what launch tests need:
+a run that a worker picks up and finishes.
+
+`scripted.json`: {"steps": N, "then": "done"|"crash"|"hang", "linger_s": S (seconds between the final
+`done` on SIGTERM and the exit), "save_s": S (seconds the checkpoint on SIGTERM takes to save),
+"starting_s": S (seconds spent "loading the model" before `start`, deaf to SIGTERM as a hub retry or a
+C extension can be)}. On SIGTERM it saves a checkpoint (a real adapter-shaped directory) and writes
+`done cancelled` like the real trainer.
 """
 import argparse
 import json
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
 from training.events import EventWriter, Start, checkpoint_event, done_event, step_event
+
+INSTANT = {"steps": 1, "then": "done"}
+"""The script of a run dir without `scripted.json`."""
 
 
 def main() -> None:
@@ -27,7 +35,8 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
-    script = json.loads((out / "scripted.json").read_text())
+    scripted = out / "scripted.json"
+    script = json.loads(scripted.read_text()) if scripted.exists() else INSTANT
     events = EventWriter(out / "events.jsonl")
 
     def on_term(signum, frame):
@@ -41,7 +50,7 @@ def main() -> None:
         time.sleep(script.get("linger_s", 0))  # a trainer may take a moment to exit after its last line
         sys.exit(0)
 
-    (out / "pid").write_text(str(__import__("os").getpid()))
+    (out / "pid").write_text(str(os.getpid()))
     if script.get("starting_s"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(script["starting_s"])
@@ -52,6 +61,7 @@ def main() -> None:
     then = script.get("then", "done")
     if then == "done":
         events.write(done_event("succeeded"))
+        events.close()
     elif then == "crash":
         print("RuntimeError: CUDA out of memory (scripted)", file=sys.stderr)
         sys.exit(3)
