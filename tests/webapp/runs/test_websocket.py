@@ -10,7 +10,7 @@ from webapp.accounts.models import ApiToken
 from webapp.asgi import application
 from webapp.runs.services import ingest_event
 
-from tests.factories import problem_event, step_event
+from tests.factories import eval_event, problem_event, step_event
 
 from .conftest import ORIGIN, connect, receive_all, setup_run
 
@@ -96,8 +96,6 @@ def test_a_problem_event_stored_before_solve_rate_is_replayed_with_it():
 @pytest.mark.django_db(transaction=True)
 async def test_live_problem_and_eval_messages_carry_the_rows_the_server_stored():
     from webapp.runs import queries
-
-    from .conftest import eval_event
 
     _, run, token = await sync_to_async(setup_run)()
     communicator, connected, _ = await connect(run, token)
