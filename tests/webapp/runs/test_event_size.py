@@ -144,7 +144,7 @@ async def test_a_replay_pages_through_the_log_and_sends_every_event_once_in_orde
     total = await sync_to_async(store_log)(run, 20)
     communicator, connected, _ = await connect(run, token)
     assert connected
-    received = await receive_all(communicator, timeout=0.5)
+    received = await receive_all(communicator, timeout=2.0)
     assert [m["seq"] for m in received] == list(range(total))
     assert max(pages) == 7 and len(pages) == total // 7 + 1
     assert all(BIG not in json.dumps(m) for m in received)
@@ -171,7 +171,7 @@ async def test_live_events_during_a_replay_follow_it_once_in_order(pages, monkey
 
     monkeypatch.setattr(consumers, "_replay_page", slow_page)
     communicator, connected, _ = await connect(run, token)
-    received = await receive_all(communicator, timeout=0.5)
+    received = await receive_all(communicator, timeout=2.0)
     assert live == [total]
     assert [m["seq"] for m in received if "seq" in m] == list(range(total + 1))
     assert [m["event"] for m in received if "seq" not in m] == ["status"]
@@ -221,7 +221,7 @@ async def test_live_events_past_the_held_bound_are_read_from_the_log_not_lost(pa
 
     monkeypatch.setattr(consumers, "_replay_page", page_with_a_burst)
     communicator, connected, _ = await connect(run, token)
-    received = await receive_all(communicator, timeout=0.5)
+    received = await receive_all(communicator, timeout=2.0)
     assert [m["seq"] for m in received if "seq" in m] == list(range(total + 5))
     assert [m["event"] for m in received if "seq" not in m] == ["status"]
     assert len(pages) > burst[0]  # the dropped ones came from another read of the log

@@ -46,7 +46,7 @@ async def test_replay_then_stream_with_since_and_no_event_twice():
 
     communicator, connected, _ = await connect(run, token, "?since=1")
     assert connected
-    replayed = await receive_all(communicator, timeout=0.5)
+    replayed = await receive_all(communicator, timeout=2.0)
     assert [(m["event"], m["step"], m["seq"]) for m in replayed] == [("step", 2, 2), ("problem", 2, 3)]
     assert all(m["run_id"] == run.pk for m in replayed)
 
@@ -78,7 +78,7 @@ async def test_after_seq_resumes_exactly_where_a_dropped_page_left_off():
         await sync_to_async(ingest_event)(run, e, seq=seq)
     communicator, connected, _ = await connect(run, token, "?since=1&after=1")
     assert connected
-    assert [(m["seq"], m["problem_id"]) for m in await receive_all(communicator, timeout=0.5)] == [(2, "add-1")]
+    assert [(m["seq"], m["problem_id"]) for m in await receive_all(communicator, timeout=2.0)] == [(2, "add-1")]
     await communicator.disconnect()
 
 
@@ -124,7 +124,7 @@ async def test_a_replayed_page_carries_each_changed_row_once_as_stored_now():
     for seq, e in enumerate(events):
         await sync_to_async(ingest_event)(run, e, seq=seq, broadcast=False)
     communicator, connected, _ = await connect(run, token)
-    replayed = await receive_all(communicator, timeout=0.5)
+    replayed = await receive_all(communicator, timeout=2.0)
     stored = {row["problem_id"]: row for row in await sync_to_async(queries.problems)(run)}
     assert ["problem_row" in m for m in replayed] == [False, True, True, False]
     assert replayed[1]["problem_row"] == stored["add-1"] and replayed[2]["problem_row"] == stored["HumanEval/0"]
