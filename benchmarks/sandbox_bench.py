@@ -134,10 +134,10 @@ def bench_ours(problems, cands, workers, mode):
         startup = time.perf_counter() - t_start
         busy, lock, execute = [0.0], threading.Lock(), runner._execute
 
-        def timed(problem, cand):
+        def timed(*args, **kwargs):  # whatever the slots pass (the problem, the candidate, its environment...)
             t = time.perf_counter()
             try:
-                return execute(problem, cand)
+                return execute(*args, **kwargs)
             finally:
                 with lock:
                     busy[0] += time.perf_counter() - t
