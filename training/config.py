@@ -50,6 +50,7 @@ MAX_TURNS = 8
 ENGINES = ("hf", "vllm")
 """Generation engines (training/engines/): the trainer's own decoding loop, or a vLLM server."""
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+VLLM_SYNCS = ("auto", "adapter", "weights")
 
 INT32_MAX = 2**31 - 1
 """Every integer field has an upper bound at or below this: counts end up in int4 database columns."""
@@ -252,7 +253,7 @@ class SamplingConfig(_Section):
     """Dynamic sampling: most rollout rounds per step, the first included (1 = only filter, never redraw)."""
     engine: str = _field("hf", choices=ENGINES)
     """hf: the trainer's own decoding loop; vllm: a vLLM server (the `vllm` section) samples from the policy
-    being trained, its LoRA adapter reloaded after every optimizer step."""
+    being trained, which it is given after every optimizer step (vllm.sync)."""
     turns: int = _field(1, ge=1, le=MAX_TURNS)
     """Attempts per candidate: after a failing turn the sandbox's answer (the feedback section) is sent as a user
     message and the model answers again, until a turn passes or the turns run out; 1 = one attempt."""
@@ -497,6 +498,12 @@ class VLLMConfig(_Section):
     """GPUs the server splits the model over."""
     dtype: str = _field("auto", choices=VLLM_DTYPES)
     """The server's weights and activations; auto = bfloat16 (vLLM's CPU kernels need it; half the memory on GPU)."""
+    sync: str = _field("auto", choices=VLLM_SYNCS)
+    """How the server gets the policy after each optimizer step. adapter: the LoRA adapter is saved and hot-loaded
+    (small; vLLM's LoRA kernels run it beside the base). weights: the policy's weights (LoRA merged in) are written
+    in the server's dtype and reloaded in place, so it samples at base speed and a full fine-tune works; each step
+    writes the whole model. auto: weights for a full fine-tune and for a server of the run's own on a machine
+    without a GPU (vLLM's CPU LoRA path runs at about half speed), else adapter."""
 
     def _check(self) -> None:
         if self.url is not None:
@@ -571,11 +578,10 @@ class RunConfig(_Section):
     def _check(self) -> None:
         if not self.problems.strip():
             raise ConfigError("problems", "must not be empty; give the path of a problem file")
-        if self.sampling.engine == "vllm" and self.model.lora is None:
-            raise ConfigError("sampling.engine", "vllm samples from the policy through its LoRA adapter, reloaded "
-                                                 "after every optimizer step; a full fine-tune (model.lora: null) "
-                                                 "would sample a stale policy. Give model.lora (e.g. {r: 16}) or "
-                                                 "use engine: hf")
+        if self.sampling.engine == "vllm" and self.model.lora is None and self.vllm.sync == "adapter":
+            raise ConfigError("vllm.sync", "is adapter, but a full fine-tune (model.lora: null) has no adapter to "
+                                           "load: the server would sample a stale policy. Set vllm.sync: weights "
+                                           "(or auto), or give model.lora (e.g. {r: 16})")
         batch = self.sampling.problems_per_step * self.sampling.candidates_per_problem
         if self.ppo.minibatch_size is not None and self.ppo.minibatch_size > batch:
             raise ConfigError(

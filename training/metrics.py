@@ -176,8 +176,8 @@ METRICS: tuple[Metric, ...] = (
     _M("time/logprob_s", "time: log-prob passes (s)", "s", "max", "reference and old-policy log-prob passes",
        ("time",), legend="logprob"),
     _M("time/step_s", "time: whole step (s)", "s", "max", "the whole step", ("time",), legend="whole step"),
-    _M("time/sync_s", "time: engine sync (s)", "s", "max", "vllm: saving and loading the adapter", ("time",),
-       legend="sync"),
+    _M("time/sync_s", "time: engine sync (s)", "s", "max",
+       "vllm: handing the policy to the server (its adapter or its weights, vllm.sync)", ("time",), legend="sync"),
     _M("time/wait_s", "time: waiting for the rollout sampled ahead (s)", "s", "max",
        "sampling.staleness 1: the step's wait for its rollout", ("time",), legend="wait"),
 )

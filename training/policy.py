@@ -311,6 +311,50 @@ def merge_adapter(model: torch.nn.Module, adapter_dir: str) -> torch.nn.Module:
     return peft_model.merge_and_unload()
 
 
+@torch.no_grad()
+def merged_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The policy's weights under its base model's checkpoint names, every active LoRA adapter folded in
+    (``W + scaling * B @ A``, computed in float32), cast to ``dtype``: what an engine that loads whole
+    weights needs (``vllm.sync: weights``). ``model`` itself is not changed (nothing is merged in place, so
+    the trainer keeps training the adapter). Weights tied to an earlier one (the output embedding of a
+    model with tied embeddings) are left out, as ``save_pretrained`` leaves them out.
+    -> {checkpoint name: tensor}"""
+    try:
+        from peft.tuners.lora.layer import LoraLayer
+    except ImportError:  # no peft: no adapter to fold in
+        LoraLayer = ()
+    base = _base(_unwrap(model))
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in base.named_modules():
+        if not isinstance(module, LoraLayer) or module.merged or module.disable_adapters:
+            continue
+        for adapter in module.active_adapters:
+            if adapter not in module.lora_A:
+                continue
+            if module.use_dora.get(adapter):
+                raise ValueError(f"{name}: a DoRA adapter is not a weight delta; it cannot be merged for the engine")
+            delta = module.get_delta_weight(adapter).float()  # (out, in)
+            key = f"{name}.weight"
+            deltas[key] = deltas[key] + delta if key in deltas else delta
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple] = set()
+    for key, tensor in base.state_dict().items():
+        if ".lora_" in key:
+            continue
+        name = key.replace(".base_layer.", ".")
+        if tensor.numel():
+            where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+            if where in seen:  # tied to a weight already written
+                continue
+            seen.add(where)
+        if name in deltas:
+            tensor = tensor.float() + deltas.pop(name)
+        out[name] = (tensor if dtype is None else tensor.to(dtype)).detach().contiguous()
+    if deltas:  # an adapter on a weight the state dict does not name: refuse rather than drop it silently
+        raise ValueError(f"LoRA deltas with no base weight to fold into: {sorted(deltas)[:5]}")
+    return out
+
+
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Turn on activation checkpointing under its transformers-5 name, falling back to the old one."""
     kwargs = {"use_reentrant": False}

@@ -375,7 +375,7 @@ class Trainer:
         """``sampling.staleness`` 1: step ``step``'s rollout (sampled in the background while step - 1
         updated, by the policy before that update), then the engine gets step - 1's policy and step + 1's
         rollout starts, to run while this step updates. None when a stop was requested.
-        -> rollout, the step whose policy sampled it, seconds waited for it, seconds of the adapter sync"""
+        -> rollout, the step whose policy sampled it, seconds waited for it, seconds of the engine sync"""
         t0 = time.monotonic()
         if self._ahead is None:  # the run's (or the resumed run's) first step: nothing was sampled ahead
             self._submit_ahead(step)

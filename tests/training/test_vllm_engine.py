@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -63,10 +65,35 @@ def policy(wide_qwen3_5):
 def engine(policy, wide_qwen3_5, tmp_path_factory):
     from training.engines import make_engine
 
-    cfg = tiny_run_config(wide_qwen3_5, Path("unused.jsonl"), sampling={"engine": "vllm"})
+    cfg = tiny_run_config(wide_qwen3_5, Path("unused.jsonl"), sampling={"engine": "vllm"}, vllm={"sync": "adapter"})
     # room for a two-turn trajectory's context (prompt, reply, feedback); the model's own 1024 bounds it
     eng = make_engine(cfg, policy.model, policy.tokenizer, run_dir=tmp_path_factory.mktemp("engine"),
                       max_prompt_tokens=1000)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def weights_policy(wide_qwen3_5):
+    """A policy of its own for the weights-sync server (the adapter tests train ``policy``)."""
+    from training.config import ModelConfig
+    from training.policy import load_policy
+
+    torch.manual_seed(1)
+    p = load_policy(ModelConfig(name_or_path=str(wide_qwen3_5)), kl_coef=0.0)
+    for name, w in p.model.named_parameters():
+        if "lora_B" in name:
+            w.data.normal_(0.0, 0.3)
+    return p
+
+
+@pytest.fixture(scope="module")
+def weights_engine(weights_policy, wide_qwen3_5, tmp_path_factory):
+    from training.engines import make_engine
+
+    cfg = tiny_run_config(wide_qwen3_5, Path("unused.jsonl"), sampling={"engine": "vllm"}, vllm={"sync": "weights"})
+    eng = make_engine(cfg, weights_policy.model, weights_policy.tokenizer,
+                      run_dir=tmp_path_factory.mktemp("engine-weights"), max_prompt_tokens=1000)
     yield eng
     eng.close()
 
@@ -232,11 +259,68 @@ def test_without_the_engine_environment_the_start_is_refused_with_the_fix(monkey
                          gpu_memory_utilization=0.4, tensor_parallel_size=1)
 
 
-def test_a_full_fine_tune_with_vllm_is_refused_naming_the_field():
-    from training.config import ConfigError, config_from_dict
+def _server_metric(engine, name: str) -> float:
+    with urllib.request.urlopen(engine.url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
-    with pytest.raises(ConfigError, match="sampling.engine"):
-        config_from_dict({"sampling": {"engine": "vllm"}, "model": {"lora": None}})
+
+def _prefix_block(engine) -> int:
+    """The server's prefix-cache block in tokens (640 for this hybrid model on the CPU build: its attention
+    block is sized to the linear-attention state's page)."""
+    with urllib.request.urlopen(engine.url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    info = next(line for line in text.splitlines() if line.startswith("vllm:cache_config_info{"))
+    return int(re.search(r'[{,]block_size="(\d+)"', info).group(1))
+
+
+def test_with_weights_sync_the_server_samples_the_trainers_weights_and_no_prompt_kv_of_older_ones(
+        weights_engine, weights_policy):
+    """vllm.sync: weights. After updates the policy's weights (adapter folded in) are reloaded in place: vLLM's
+    log-probs move and land on the trainer's. A prompt one token longer than a prefix-cache block, sampled
+    before and after the reload, would be served from the KV and linear-attention state the old weights
+    computed (whole nats off) but for the weights' version in every request's cache salt."""
+    from training.config import SamplingConfig
+    from training.engines import collect
+
+    engine, model, tok = weights_engine, weights_policy.model, weights_policy.tokenizer
+    assert engine.sync_mode == "weights" and engine.weights_version == 1  # pushed once at the start
+    assert engine.describe()["sync"] == "weights"
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(200))
+    long_prompt = tok(text).input_ids[:_prefix_block(engine) + 1]
+    sampling = SamplingConfig(max_new_tokens=4, stop=())
+
+    def mismatch():
+        batch = collect(engine, [""], sampling, n=8, seed=0, prompt_ids=[long_prompt])
+        trainer, mask, sampler = _trainer_logprobs(model, batch, tok.pad_token_id)
+        return (trainer - sampler).abs()[mask]
+
+    hits = _server_metric(engine, "vllm:prefix_cache_hits_total")
+    assert mismatch().mean() < MEAN_DIFF
+    assert _server_metric(engine, "vllm:prefix_cache_hits_total") > hits  # the prompt's block is cached
+
+    prompt, target = long_prompt[-8:], list(range(100, 116))
+    before = _vllm_sequence_logprobs(engine, prompt, target)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=5e-3)
+    ids = torch.tensor([prompt + target])
+    for _ in range(4):
+        out = model(input_ids=ids).logits[0, len(prompt) - 1:-1].log_softmax(-1)  # (C, V)
+        loss = -out.gather(-1, torch.tensor(target)[:, None]).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    engine.sync(model)
+    assert engine.weights_version == 2
+    after = _vllm_sequence_logprobs(engine, prompt, target)
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float().log_softmax(-1)
+    expected = expected.gather(-1, torch.tensor(target)[:, None]).squeeze(-1)  # (C,)
+    assert (after - before).abs().mean() > 0.3  # the reloaded weights really changed what vLLM computes
+    assert (after - expected).abs().max() < 0.15 and (after - expected).abs().mean() < 0.05
+    diff = mismatch()  # the same long prompt, after the reload
+    assert diff.mean() < MEAN_DIFF and diff.max() < MAX_DIFF, (diff.mean(), diff.max())
+    assert sorted(p.name for p in engine.weights_dir.iterdir()) == ["config.json", "model.safetensors"]
 
 
 # ---------------------------------------------------------------------------------- whole runs (CLI)
@@ -305,8 +389,6 @@ def run_config(tmp_path, run_model):
                "train": {"steps": 2, "eval_every": 0, "eval_samples": 2, "checkpoint_every": 0, **train}}
         for section, values in (sections or {}).items():
             cfg[section] = {**cfg.get(section, {}), **values}
-        for section, values in (sections or {}).items():
-            cfg[section] = {**cfg.get(section, {}), **values}
         path = tmp_path / "run.yaml"
         path.write_text(json.dumps(cfg))
         return path
@@ -317,13 +399,14 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
                                                                                       run_model):
     marker = str(run_model)
     run = tmp_path / "run"
-    proc = _run_cli("run", "--config", str(run_config(steps=2)), "--out", str(run), "--no-progress")
+    adapter = {"vllm": {"sync": "adapter"}}  # the GPU default (auto picks weights on this CPU build)
+    proc = _run_cli("run", "--config", str(run_config(adapter, steps=2)), "--out", str(run), "--no-progress")
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     events = _events(run)
     start = events[0]
     assert start["runtime"]["engine"]["name"] == "vllm" and start["runtime"]["engine"]["version"]
-    assert start["runtime"]["engine"]["dtype"] == "bfloat16"
+    assert start["runtime"]["engine"]["dtype"] == "bfloat16" and start["runtime"]["engine"]["sync"] == "adapter"
     assert start["runtime"]["engine"]["log"] == "engine/vllm.log" and (run / "engine" / "vllm.log").exists()
     steps = [e for e in events if e["event"] == "step"]
     assert [s["step"] for s in steps] == [1, 2]
@@ -336,7 +419,8 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
     assert _gone(marker, 5)
 
     # resume: two more steps from the step-2 checkpoint, numbered on
-    proc = _run_cli("run", "--config", str(run_config(steps=4)), "--out", str(run), "--resume", "--no-progress")
+    proc = _run_cli("run", "--config", str(run_config(adapter, steps=4)), "--out", str(run), "--resume",
+                    "--no-progress")
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     events = _events(run)
@@ -421,6 +505,32 @@ def test_a_two_turn_vllm_run_trains_evaluates_checkpoints_and_resumes(tmp_path, 
     assert proc.returncode == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert 0.0 <= report["pass@1/turn1"] <= report["pass@1"] <= 1.0 and _gone(str(run_model), 5)
+
+
+def test_a_full_fine_tune_samples_the_weights_each_step_made_also_after_a_resume(tmp_path, run_config, run_model):
+    """model.lora: null with engine vllm: vllm.sync auto is weights, reloaded after every optimizer step and
+    once when the (resumed) run starts. Full fine-tuning at this learning rate moves every weight a lot, so a
+    server still sampling older weights would be far off the trainer (as the staleness test's previous-policy
+    samples are); the sampler/trainer gap stays at bfloat16 noise on every step, the resumed one included."""
+    run = tmp_path / "run"
+    full = {"model": {"lora": None}, "ppo": {"learning_rate": 1e-3, "kl_coef": 0.0}}
+    proc = _run_cli("run", "--config", str(run_config(full, steps=2, checkpoint_every=2)), "--out", str(run),
+                    "--no-progress")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    proc = _run_cli("run", "--config", str(run_config(full, steps=3, checkpoint_every=2)), "--out", str(run),
+                    "--resume", "--no-progress")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    events = _events(run)
+    starts = [e for e in events if e["event"] == "start"]
+    assert [s["runtime"]["engine"]["sync"] for s in starts] == ["weights", "weights"]
+    steps = {e["step"]: e["metrics"] for e in events if e["event"] == "step"}
+    assert sorted(steps) == [1, 2, 3] and all(m["time/sync_s"] > 0 for s, m in steps.items() if s < 3)
+    kl = {s: m["rollout/mismatch_kl"] for s, m in steps.items()}
+    assert all(k < 1e-3 and steps[s]["rollout/logprob_diff_max"] < 0.5 for s, k in kl.items()), kl
+    assert (run / "checkpoints" / "step-2" / "model.safetensors").exists()
+    assert events[-1]["status"] == "succeeded" and _gone(str(run_model), 5)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill", "stop-while-starting", "sigterm-sampling-ahead"])

@@ -10,15 +10,21 @@ One request per candidate (``n = 1``, its own seed on a GPU server; see ``VLLMEn
 completion back the moment it ends; the rollout submits its execution straight away. The prompt's
 KV is computed once per prompt through vLLM's prefix cache.
 
-The policy: the base model is loaded once; ``sync`` saves the LoRA adapter and hot-loads it under
-the name ``policy`` (``/v1/load_lora_adapter``, ``load_inplace``), which every later request uses.
-The adapter is written under the run directory, so a server given by ``vllm.url`` must see the
-trainer's files (same host, or a shared mount).
+The policy (``vllm.sync``): the base model is loaded once, then after every optimizer step ``sync``
+either saves the LoRA adapter and hot-loads it under the name ``policy`` (``adapter``:
+``/v1/load_lora_adapter``, a new directory per version, so the prefix cache never serves a prompt's KV
+from an older adapter), or writes the policy's weights with the adapter folded in and has the server
+reload them in place (``weights``: ``/collective_rpc reload_weights``; every request then carries the
+weights' version as its ``cache_salt``, so no prompt KV computed by older weights is reused). ``weights``
+samples at the base model's speed (vLLM's CPU LoRA path runs at about half of it) and serves a full
+fine-tune; it writes the whole model each step. Both write under the run directory, so a server given by
+``vllm.url`` must see the trainer's files (same host, or a shared mount).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import urllib.error
@@ -38,6 +44,7 @@ MAX_IN_FLIGHT = 256
 """Most requests open at once (vLLM queues the rest of a step's candidates itself)."""
 REQUEST_TIMEOUT_S = 3600.0
 MAX_API_STOPS = 4
+SYNCS = ("adapter", "weights")
 ENGINE_LOG = "engine/vllm.log"
 """The server's log, relative to the run directory (the start event names it so, never by server path)."""
 
@@ -47,7 +54,9 @@ class VLLMEngine:
 
     def __init__(self, url: str, tokenizer: Any, *, eos_ids: Sequence[int], adapter_dir: Path,
                  server: VLLMServer | None = None, dtype: str | None = None, base_name: str = BASE_NAME,
-                 seeded: bool = True):
+                 seeded: bool = True, sync_mode: str = "adapter", weights_dir: Path | None = None):
+        if sync_mode not in SYNCS:
+            raise ValueError(f"sync_mode must be one of {SYNCS}; got {sync_mode!r}")
         self.url = url.rstrip("/")
         self.tokenizer = tokenizer
         self.eos_ids = list(eos_ids)
@@ -57,6 +66,10 @@ class VLLMEngine:
         self.base_name = base_name
         self.model_name = base_name  # ``policy`` once an adapter is loaded
         self.adapter_version = 0
+        self.sync_mode = sync_mode
+        self.weights_dir = weights_dir if weights_dir is not None else adapter_dir.parent / "weights"
+        self.weights_version = 0
+        """Pushes of whole weights so far (``weights``); each request's ``cache_salt`` names it."""
         self.seeded = seeded
         """Send each candidate's seed. Off on the CPU build: vLLM 0.32 rewinds a request's generator when a
         prefill is split across steps, which CPU generators cannot do ('CPU Generator does not use offset' kills
@@ -105,6 +118,8 @@ class VLLMEngine:
             body["stop"] = stops[:MAX_API_STOPS]
         if seed is not None:
             body["seed"] = seed
+        if self.weights_version:
+            body["cache_salt"] = f"weights-{self.weights_version}"  # no prompt KV of older weights is reused
         return body
 
     def _piece(self, answer: dict, prompt_ids: list[int], p: int, prompts: Sequence[str], stops: list[str],
@@ -125,8 +140,12 @@ class VLLMEngine:
     # ------------------------------------------------------------------------------------- policy
 
     def sync(self, model: Any) -> None:
-        """Save ``model``'s LoRA adapter and hot-load it: the next request samples the new policy.
-        A model without an adapter (evaluation, the probe: the base is what the server loaded) needs none."""
+        """Hand ``model`` to the server: the next request samples the new policy. ``adapter``: save its LoRA
+        adapter and hot-load it (a model without an adapter, e.g. the probe's base, needs nothing: the base is
+        what the server loaded); ``weights``: write its weights with the adapter folded in and reload them."""
+        if self.sync_mode == "weights":
+            self.push_weights(model)
+            return
         if not hasattr(model, "peft_config"):
             return
         self.adapter_version += 1
@@ -139,6 +158,29 @@ class VLLMEngine:
         if previous.exists():  # the server has read it; only the loaded one is kept
             shutil.rmtree(previous, ignore_errors=True)
 
+    def push_weights(self, model: Any) -> None:
+        """Write ``model``'s weights (LoRA folded in, in the server's dtype) to ``weights_dir`` and have the
+        server reload them in place; later requests are salted with the new version."""
+        import torch
+        from safetensors.torch import save_file
+
+        from training.policy import _base, merged_state_dict
+
+        dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(self.dtype or "", torch.float32)
+        target = self.weights_dir
+        target.mkdir(parents=True, exist_ok=True)
+        if not (target / "config.json").exists():
+            _base(model).config.save_pretrained(str(target))
+        partial = target / "model.safetensors.partial"  # not a *.safetensors the server would read
+        save_file(merged_state_dict(model, dtype), str(partial))
+        os.replace(partial, target / "model.safetensors")
+        self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(target)}},
+                   raw=True, missing=(
+                       f"vllm.sync: weights reloads the policy through the server's /collective_rpc, which the "
+                       f"server at {self.url} does not serve: vLLM serves it only when started with "
+                       f"VLLM_SERVER_DEV_MODE=1. Restart it so, or set vllm.sync: adapter (LoRA runs)"))
+        self.weights_version += 1
+
     def load_adapter(self, path: str | Path) -> None:
         """Sample through the PEFT adapter in ``path`` from now on (replacing the one loaded before)."""
         self._post("/v1/load_lora_adapter", {"lora_name": ADAPTER_NAME, "lora_path": str(path),
@@ -147,7 +189,7 @@ class VLLMEngine:
 
     def describe(self) -> dict:
         return {"name": self.name, "version": version(self.url), "url": self.url, "dtype": self.dtype,
-                "log": ENGINE_LOG if self.server else None}
+                "sync": self.sync_mode, "log": ENGINE_LOG if self.server else None}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -156,13 +198,15 @@ class VLLMEngine:
 
     # -------------------------------------------------------------------------------------- http
 
-    def _post(self, path: str, body: dict, raw: bool = False) -> Any:
+    def _post(self, path: str, body: dict, raw: bool = False, missing: str | None = None) -> Any:
         data = json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
                 out = resp.read()
         except urllib.error.HTTPError as e:
+            if e.code == 404 and missing:
+                raise EngineError(missing) from None
             detail = e.read().decode(errors="replace")[:2000]
             raise EngineError(f"the vLLM server at {self.url} refused {path} (HTTP {e.code}): {detail}") from None
         except OSError as e:
@@ -198,6 +242,10 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
     vcfg = config.vllm
     model_config = model_config if model_config is not None else config.model
     dtype = "bfloat16" if vcfg.dtype == "auto" else vcfg.dtype
+    import torch
+
+    cuda = torch.cuda.is_available()
+    mode = resolve_sync(vcfg.sync, full_finetune=config.model.lora is None, own_server=vcfg.url is None, cuda=cuda)
     server = None
     if vcfg.url is None:
         base = _served_base(model_config, engine_dir)
@@ -205,21 +253,20 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
         if max_len is None and max_prompt_tokens is not None:
             need = max_prompt_tokens + config.sampling.max_new_tokens
             max_len = min(_model_max_len(model) or need, -(-need // 256) * 256)
-        rank = _adapter_rank(model)
         server = VLLMServer.start(base, log_path=run_dir / ENGINE_LOG, dtype=dtype,
-                                  max_lora_rank=rank, max_model_len=max_len,
-                                  gpu_memory_utilization=vcfg.gpu_memory_utilization,
+                                  max_lora_rank=_adapter_rank(model) if mode == "adapter" else None,
+                                  max_model_len=max_len, gpu_memory_utilization=vcfg.gpu_memory_utilization,
                                   tensor_parallel_size=vcfg.tensor_parallel_size, seed=config.train.seed,
-                                  stop=stop, log=log)
+                                  reloadable_weights=mode == "weights", stop=stop, log=log)
         url = server.url
     else:
         url = vcfg.url.strip()
-    import torch
 
     # a server of our own on a machine without CUDA is the CPU build (see VLLMEngine.seeded)
-    seeded = server is None or torch.cuda.is_available()
+    seeded = server is None or cuda
     engine = VLLMEngine(url, tokenizer, eos_ids=eos_token_ids(model, tokenizer), adapter_dir=engine_dir / "adapter",
-                        server=server, dtype=dtype if server else vcfg.dtype, seeded=seeded)
+                        server=server, dtype=dtype if server else vcfg.dtype, seeded=seeded, sync_mode=mode,
+                        weights_dir=engine_dir / "weights")
     try:
         if server is None:
             engine.base_name = engine.model_name = _served_model(url)
@@ -228,6 +275,18 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
         engine.close()
         raise
     return engine
+
+
+def resolve_sync(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> str:
+    """``vllm.sync`` as the run uses it: ``auto`` is ``weights`` for a full fine-tune (no adapter to load) and for
+    a server of the run's own on a machine without CUDA (vLLM's CPU build samples through an adapter at about
+    half its base speed, and reloading a small model's weights costs little), else ``adapter`` (on a GPU the
+    LoRA kernels cost little and an adapter is a few MB where the weights are the whole model)."""
+    if requested != "auto":
+        return requested
+    if full_finetune or (own_server and not cuda):
+        return "weights"
+    return "adapter"
 
 
 def _adapter_rank(model: Any) -> int | None:

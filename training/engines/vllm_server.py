@@ -3,7 +3,9 @@
 The server is ``python -m vllm.entrypoints.openai.api_server`` run by the engine environment's
 interpreter (``CRUCIBLE_VLLM_PYTHON``, else ``.venv-vllm/bin/python`` at the repository root: vLLM
 pins its own torch and transformers, so it lives apart from the trainer's). It listens on a free
-loopback port, writes its log to ``RUN_DIR/engine/vllm.log`` and may swap LoRA adapters at run time.
+loopback port, writes its log to ``RUN_DIR/engine/vllm.log`` and may swap LoRA adapters at run time, or,
+started with ``reloadable_weights``, reload its weights in place (vLLM's development endpoints, which include
+``/collective_rpc``: loopback only, as the server is).
 
 No process is left behind however the run ends: the server gets SIGTERM when the trainer dies
 (PR_SET_PDEATHSIG, so a SIGKILLed trainer or a killed process group takes it along), and ``stop`` ends
@@ -79,7 +81,7 @@ class VLLMServer:
     @classmethod
     def start(cls, model: str, *, log_path: Path, dtype: str, max_lora_rank: int | None, max_model_len: int | None,
               gpu_memory_utilization: float, tensor_parallel_size: int, seed: int = 0,
-              stop: Callable[[], bool] | None = None, log: Callable[[str], None] | None = None,
+              reloadable_weights: bool = False, stop: Callable[[], bool] | None = None, log: Callable[[str], None] | None = None,
               timeout_s: float = START_TIMEOUT_S) -> "VLLMServer":
         reason = unavailable_reason()
         if reason:
@@ -97,6 +99,10 @@ class VLLMServer:
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", PYTHONUNBUFFERED="1",
                    VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; only the CPU build reads it
+        if reloadable_weights:  # /collective_rpc reload_weights (vllm.sync: weights)
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        else:
+            env.pop("VLLM_SERVER_DEV_MODE", None)
         for name in ("PYTHONPATH", "VIRTUAL_ENV"):  # the trainer's, not the engine environment's
             env.pop(name, None)
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -68,13 +68,17 @@ def runtime_rows(start: dict | None) -> dict | None:
 
 
 def engine_text(engine: dict) -> str:
-    """{"name": "vllm", "version": "0.32.0", "dtype": "bfloat16", ...} -> "vLLM 0.32.0 · bfloat16 · own server"."""
+    """{"name": "vllm", "version": "0.32.0", "dtype": "bfloat16", "sync": "weights", ...}
+    -> "vLLM 0.32.0 · bfloat16 · server started for this run · weights reloaded each step"."""
     if engine.get("name") == "hf":
         return "hf (the trainer's own decoding loop)"
     parts = [f"vLLM {engine.get('version') or '(version unknown)'}"]
     if engine.get("dtype"):
         parts.append(str(engine["dtype"]))
     parts.append("server started for this run" if engine.get("log") else f"server {engine.get('url')}")
+    sync = {"adapter": "LoRA adapter hot-loaded each step", "weights": "weights reloaded each step"}
+    if engine.get("sync") in sync:
+        parts.append(sync[engine["sync"]])
     return " · ".join(parts)
 
 

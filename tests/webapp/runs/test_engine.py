@@ -44,7 +44,7 @@ def test_the_form_offers_the_engine_and_the_server_settings(client_alice, proble
     r = client_alice.get(f"/runs/new?problem_set={problem_set.pk}")
     groups = dict(r.context["form"].groups())
     assert "sampling.engine" in [f.name for f in groups["Sampling"]]
-    assert {"vllm.url", "vllm.gpu_memory_utilization", "vllm.dtype"} <= {
+    assert {"vllm.url", "vllm.gpu_memory_utilization", "vllm.dtype", "vllm.sync"} <= {
         f.name for f in groups["vLLM server (when sampling.engine is vllm)"]}
     assert 'value="vllm"' in r.content.decode()
 
@@ -57,12 +57,12 @@ def test_the_9b_preset_samples_with_vllm():
 
 def test_the_runtime_panel_shows_the_engine_and_links_its_log(client, client_alice, other_user, run):
     engine = {"name": "vllm", "version": "0.32.0", "url": "http://127.0.0.1:41234", "dtype": "bfloat16",
-              "log": "engine/vllm.log"}
+              "sync": "weights", "log": "engine/vllm.log"}
     ingest_event(run, start_event(engine=engine), seq=0)
     (Path(run.path) / "engine").mkdir(parents=True)
     (Path(run.path) / "engine" / "vllm.log").write_text("INFO starting\n" + "x" * 70_000 + "\nINFO ready\n")
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
-    assert "vLLM 0.32.0 · bfloat16 · server started for this run" in html
+    assert "vLLM 0.32.0 · bfloat16 · server started for this run · weights reloaded each step" in html
     assert f'href="/runs/{run.pk}/engine-log"' in html
     log = client_alice.get(f"/runs/{run.pk}/engine-log")
     assert log.status_code == 200 and log.content.decode().endswith("INFO ready\n")
