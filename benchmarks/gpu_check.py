@@ -203,6 +203,8 @@ def run(args: argparse.Namespace) -> dict:
     staleness = args.staleness if engine == "vllm" else 0
     facts["engine"] = engine_note + (", sampling ahead (`sampling.staleness: 1`: the next step generated while "
                                      "this one updates)" if staleness else "")
+    if engine == "vllm":
+        facts["engine"] += f", `vllm.sync: {args.sync}`"
     log("environment: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
@@ -224,7 +226,7 @@ def run(args: argparse.Namespace) -> dict:
                          "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
                          "prompt_style": "completion", "stop": [], "engine": engine,
                          "staleness": staleness},
-            "vllm": {"gpu_memory_utilization": 0.35},
+            "vllm": {"gpu_memory_utilization": 0.35, "sync": args.sync},
             "ppo": {"learning_rate": 1e-5, "kl_coef": 0.04, "micro_batch_size": args.micro_batch},
             "train": {"steps": args.steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
             "sandbox": {"backend": "process", "workers": 4},
@@ -327,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="generation engine; vllm only where the machine has it (else hf, and the table says why)")
     ap.add_argument("--staleness", type=int, choices=(0, 1), default=0,
                     help="with --engine vllm: 1 samples the next step while this one updates (sampling.staleness)")
+    ap.add_argument("--sync", choices=("auto", "adapter", "weights"), default="auto",
+                    help="with --engine vllm: how the server gets the policy each step (vllm.sync; auto = adapter "
+                         "on a GPU)")
     ap.add_argument("--prompts", type=int, default=8, help="problems per step")
     ap.add_argument("--candidates", type=int, default=4, help="candidates per problem")
     ap.add_argument("--max-new-tokens", type=int, default=128)

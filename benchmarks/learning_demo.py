@@ -238,7 +238,8 @@ def engines_markdown(results: list[dict], cfg: dict, build: dict, load: tuple[fl
         kl = [x.get("rollout/mismatch_kl") for x in m if x.get("rollout/mismatch_kl") is not None]
         diff = [x.get("rollout/logprob_diff_max") for x in m if x.get("rollout/logprob_diff_max") is not None]
         d = 100 * (r["after"] - r["before"])
-        lines.append(f"| {r['engine']} | {r['before']:.3f} | {r['after']:.3f} | {d:+.1f} | "
+        label = r["engine"] if not r.get("sync") else f"{r['engine']} (`vllm.sync: {r['sync']}`)"
+        lines.append(f"| {label} | {r['before']:.3f} | {r['after']:.3f} | {d:+.1f} | "
                      f"{r['train_pass_first']:.2f} → {r['train_pass_last5']:.2f} | "
                      f"{(sum(kl) / len(kl)) if kl else 0:.1e} | {max(diff) if diff else 0:.3f} | {r['wall_s']:.0f} s |")
     if len(results) == 2:
@@ -289,8 +290,16 @@ def main(argv: list[str] | None = None) -> int:
                 run_cfg = json.loads(json.dumps(cfg))
                 run_cfg["sampling"]["engine"] = "hf" if engine == "hf" else "vllm"
                 run_cfg["sampling"]["staleness"] = 1 if engine == "vllm-ahead" else 0
+                sync = None
+                if engine != "hf":  # what auto resolves to for a server of the run's own here
+                    import torch
+
+                    from training.engines.vllm import resolve_sync
+
+                    sync = resolve_sync(run_cfg.get("vllm", {}).get("sync", "auto"), full_finetune=False,
+                                        own_server=True, cuda=torch.cuda.is_available())
                 results.append({**_child("train", run_cfg, args.threads, curve=True, label=f"train ({engine})"),
-                                "engine": engine})
+                                "engine": engine, "sync": sync})
             command = "python benchmarks/learning_demo.py" + "".join(
                 f" {a}" for a in (argv if argv is not None else sys.argv[1:]) if a != "--no-write")
             text = engines_markdown(results, cfg, build, (load0, os.getloadavg()[0]), args.threads, command)

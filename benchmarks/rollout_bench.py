@@ -7,16 +7,18 @@ temperature 1, no top-k/top-p, no stop strings (both stop only at EOS or 128 tok
 architecture: the hybrid Qwen3.5 with Qwen3.5-9B's 128-wide linear-attention heads (vLLM's CPU
 gated-delta-rule kernel takes no other width) and the dense Qwen3. ``hf``: ``HFEngine`` over the float32
 model, torch on every core; ``vllm``: ``VLLMEngine`` on a server started from the engine environment
-(bfloat16: its CPU kernels need it), its start not timed; ``vllm-lora``: the same server sampling through a
-freshly initialised LoRA adapter (r 8 on every projection, as a run's step 1 samples the policy), which is how
-every training step samples. One untimed call, then ``--repeats`` timed calls; tokens/s = sampled tokens / wall
-seconds (median call).
+(bfloat16: its CPU kernels need it), its start not timed; ``vllm-lora``: the same server sampling a LoRA policy
+(r 8 on every projection, B drawn at random so the adapter does something) through vLLM's LoRA path
+(``vllm.sync: adapter``); ``vllm-weights``: the same policy with its adapter folded into weights the server
+reloaded (``vllm.sync: weights``, the CPU default). One untimed call, then ``--repeats`` timed calls;
+tokens/s = sampled tokens / wall seconds (median call).
 
 Step: a whole RL step with each engine (train_step_bench's workload and ``run_ours``: the same 16 x 8 x 128,
 sandbox, LoRA r 8, KL 0.04, one optimizer step; phase threads as the product runs them), one untimed step
 then ``--steps`` timed ones, median wall seconds; the vLLM rows also report the step's mismatch KL (bfloat16
 sampler vs float32 trainer). A third row runs vLLM with ``sampling.staleness: 1``: step k + 1 is sampled by
 the server while step k updates (one step off-policy), so the step costs the longer of the two, not their sum.
+The vLLM rows name their ``vllm.sync``: ``adapter`` (hot-loaded LoRA) or ``weights`` (reloaded merged weights).
 
 Each engine runs in its own process, one after the other (the machine is shared and small); the
 section ``rollout-bench`` of RESULTS.md gets the table and the ratios. Targets (issue: rollouts on vLLM):
@@ -68,11 +70,16 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
     cfg = config_from_dict({"model": {"name_or_path": model_dir},
                             "sampling": {"candidates_per_problem": CANDIDATES, "max_new_tokens": MAX_NEW_TOKENS,
                                          "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop": []}})
-    policy = load_policy(cfg.model if engine_name == "vllm-lora" else ModelConfig(name_or_path=model_dir, lora=None),
-                         kl_coef=0.0)
+    lora = engine_name in ("vllm-lora", "vllm-weights")
+    torch.manual_seed(0)
+    policy = load_policy(cfg.model if lora else ModelConfig(name_or_path=model_dir, lora=None), kl_coef=0.0)
+    if lora:  # an adapter that changes the model (PEFT starts B at zero), as any trained one does
+        for name, w in policy.model.named_parameters():
+            if "lora_B" in name:
+                w.data.normal_(0.0, 0.02)
     run_dir = tempfile.mkdtemp(prefix="rollout-bench-")
     engine = (make_engine(cfg, policy.model, policy.tokenizer, run_dir=run_dir) if engine_name == "hf" else
-              _vllm(cfg, policy, run_dir))
+              _vllm(cfg, policy, run_dir, "weights" if engine_name == "vllm-weights" else "adapter"))
     prompts = _prompts()
     info = engine.describe()
     try:
@@ -92,26 +99,27 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
             "version": info.get("version"), "dtype": "float32" if engine_name == "hf" else info.get("dtype")}
 
 
-def _vllm(cfg, policy, run_dir):
+def _vllm(cfg, policy, run_dir, sync: str):
     import dataclasses
 
+    from training.config import ModelConfig
     from training.engines import make_engine
 
-    from training.config import ModelConfig
-
-    vcfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, engine="vllm"))
-    # the base model on the server; a PEFT policy (vllm-lora) has its adapter loaded and sampled through
+    vcfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, engine="vllm"),
+                               vllm=dataclasses.replace(cfg.vllm, sync=sync))
+    # the base model on the server; a PEFT policy has its adapter loaded (adapter) or folded in (weights)
     return make_engine(vcfg, policy.model, policy.tokenizer, run_dir=run_dir, max_prompt_tokens=256,
                        model_config=ModelConfig(name_or_path=cfg.model.name_or_path, lora=None))
 
 
-GEN_ROWS = ("hf", "vllm", "vllm-lora")
-"""The generation rows: our loop and vLLM on the base weights (the same work), and vLLM sampling through a LoRA
-adapter, as a training step does."""
+GEN_ROWS = ("hf", "vllm", "vllm-lora", "vllm-weights")
+"""The generation rows: our loop and vLLM on the base weights (the same work), and vLLM sampling a LoRA policy
+as a training step does, through its LoRA path or as reloaded merged weights."""
 
-STEP_ROWS = ("hf", "vllm", "vllm-ahead")
-"""The step rows: each engine sampling the policy just updated, and vLLM with ``sampling.staleness: 1``
-(the next step sampled while this one updates)."""
+STEP_ROWS = ("hf", "vllm-adapter", "vllm", "vllm-ahead")
+"""The step rows: each engine sampling the policy just updated (vLLM by adapter and by weights), and vLLM
+(weights) with ``sampling.staleness: 1`` (the next step sampled while this one updates)."""
+STEP_SYNC = {"vllm-adapter": "adapter", "vllm": "weights", "vllm-ahead": "weights"}
 
 
 def measure_step(model_dir: str, row: str, steps: int) -> dict:
@@ -121,7 +129,7 @@ def measure_step(model_dir: str, row: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="rollout-bench-problems-") as tmp:
         problems = T.write_problem_file(Path(tmp) / "problems.jsonl")
         result = T.run_ours(model_dir, str(problems), steps + 1, None, False, engine=engine_name,
-                            staleness=1 if row == "vllm-ahead" else 0)
+                            staleness=1 if row == "vllm-ahead" else 0, sync=STEP_SYNC.get(row, "auto"))
     timed = result["steps"][1:]
     out = {"engine": row, "step_s": statistics.median(t["wall_s"] for t in timed)}
     for key in ("rollout_s", "sandbox_s", "update_s", "sync_s", "wait_s", "mismatch_kl"):
@@ -154,28 +162,35 @@ def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float
             r = rows.get(name)
             if r is None:
                 continue
-            engine = {"hf": "hf (our loop)", "vllm": f"vLLM {r.get('version')} (server)",
-                      "vllm-lora": f"vLLM {r.get('version')} (server), through a LoRA adapter"}[name]
+            engine = {"hf": "hf (our loop)", "vllm": f"vLLM {r.get('version')} (server), base weights",
+                      "vllm-lora": f"vLLM {r.get('version')} (server), LoRA policy, `sync: adapter` (LoRA path)",
+                      "vllm-weights": f"vLLM {r.get('version')} (server), LoRA policy, `sync: weights` (merged)",
+                      }[name]
             lines.append(f"| {arch_names[arch]} | {engine} | {r['dtype']} | {r['threads']} | "
                          f"{r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / hf:.2f}x |")
     if "qwen3_5" in gen:
         ratio = gen["qwen3_5"]["vllm"]["tokens_per_s"] / gen["qwen3_5"]["hf"]["tokens_per_s"]
         lines += ["", f"Target on the tiny Qwen3.5: vLLM >= {GEN_TARGET:.0f}x our loop's tokens/s. Measured "
                       f"**{ratio:.2f}x**: {'met' if ratio >= GEN_TARGET else 'not met'}."]
-        lora = gen["qwen3_5"].get("vllm-lora")
+        q = gen["qwen3_5"]
+        lora, merged = q.get("vllm-lora"), q.get("vllm-weights")
         if lora:
-            q = gen["qwen3_5"]
-            lines[-1] += (f" Through a LoRA adapter, as every training step samples, vLLM runs at "
+            lines[-1] += (f" Sampling a LoRA policy through vLLM's LoRA path (`vllm.sync: adapter`), vLLM runs at "
                           f"{lora['tokens_per_s'] / q['vllm']['tokens_per_s']:.0%} of its base speed here "
-                          f"({lora['tokens_per_s'] / q['hf']['tokens_per_s']:.2f}x our loop on the base weights): "
-                          "the CPU build's LoRA path is what the step rows below pay.")
+                          f"({lora['tokens_per_s'] / q['hf']['tokens_per_s']:.2f}x our loop)")
+            if merged:
+                lines[-1] += (f"; with the adapter folded into reloaded weights (`vllm.sync: weights`, the CPU "
+                              f"default) at {merged['tokens_per_s'] / q['vllm']['tokens_per_s']:.0%} "
+                              f"({merged['tokens_per_s'] / q['hf']['tokens_per_s']:.2f}x our loop)")
+            lines[-1] += "."
     if steps:
         lines += ["", f"Whole RL step (train_step_bench's workload, sandbox and update included; median of "
                       f"{args.steps} timed steps after one):", "",
                   "| architecture | engine | step s | vs hf | rollout s | sandbox s | update s | waited for the "
-                  "rollout s | adapter sync s | mismatch KL |",
+                  "rollout s | engine sync s | mismatch KL |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        labels = {"hf": "hf", "vllm": "vllm", "vllm-ahead": "vllm, `staleness: 1`"}
+        labels = {"hf": "hf", "vllm-adapter": "vllm, `sync: adapter`", "vllm": "vllm, `sync: weights`",
+                  "vllm-ahead": "vllm, `sync: weights`, `staleness: 1`"}
         for arch, rows in steps.items():
             for name in STEP_ROWS:
                 r = rows.get(name)
@@ -189,7 +204,7 @@ def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float
                              f"{fmt(r.get('sync_s'), 3)} | {kl} |")
         if "qwen3_5" in steps:
             q = steps["qwen3_5"]
-            best = min(("vllm", "vllm-ahead"), key=lambda n: q[n]["step_s"] if n in q else math.inf)
+            best = min(("vllm-adapter", "vllm", "vllm-ahead"), key=lambda n: q[n]["step_s"] if n in q else math.inf)
             ratio = q[best]["step_s"] / q["hf"]["step_s"]
             lines += ["", f"Target on the tiny Qwen3.5: a vLLM step <= {STEP_TARGET}x the hf step. Measured "
                           f"**{ratio:.2f}x** ({labels[best]}): {'met' if ratio <= STEP_TARGET else 'not met'}. "
@@ -208,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     ap.add_argument("--child", choices=("generation", "step"), help=argparse.SUPPRESS)
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--engine", choices=("hf", "vllm", "vllm-lora", "vllm-ahead"), help=argparse.SUPPRESS)
+    ap.add_argument("--engine", choices=GEN_ROWS + STEP_ROWS, help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -114,7 +114,7 @@ def _threads_label(threads: int | None, side: str) -> str:
 # ------------------------------------------------------------------------------------------- ours
 
 def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_strings: bool,
-             engine: str = "hf", staleness: int = 0) -> dict:
+             engine: str = "hf", staleness: int = 0, sync: str = "auto") -> dict:
     from training import trainer as T
     from training.config import config_from_dict
 
@@ -143,6 +143,7 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
         "ppo": {"learning_rate": LEARNING_RATE, "kl_coef": KL_COEF, "micro_batch_size": MICRO_BATCH},
         "train": {"steps": steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
         "sandbox": {"backend": "process", "workers": SANDBOX_WORKERS, "mode": "warm"},
+        "vllm": {"sync": sync},
     })
     with tempfile.TemporaryDirectory(prefix="bench-ours-") as run_dir:
         status = T.train(cfg, run_dir, progress=False, phase_threads=phase_threads)

@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from benchmarks import gpu_check
 
@@ -50,7 +51,9 @@ def test_the_gpu_check_with_engine_vllm_samples_through_a_vllm_server_where_the_
     assert code == 0
     result = json.loads(out.read_text())
     assert result["runtime"]["engine"]["name"] == "vllm" and result["facts"]["engine"].startswith("vllm")
-    assert "sampling ahead" in result["facts"]["engine"]
+    assert "sampling ahead" in result["facts"]["engine"] and "`vllm.sync: auto`" in result["facts"]["engine"]
+    # auto: merged weights reloaded on the CPU build (its LoRA path runs at half speed), the adapter on a GPU
+    assert result["runtime"]["engine"]["sync"] == ("adapter" if torch.cuda.is_available() else "weights")
     assert result["median"]["staleness"] == 1.0  # the timed steps (after step 1) were sampled one update behind
     assert result["median"]["logprob_diff_max"] > 0  # bfloat16 sampler vs float32 trainer: seen
 

@@ -40,6 +40,15 @@ def test_vllm_url_is_only_a_server_the_operator_lists(client_alice, problem_set,
     assert r.status_code == 400 and "vllm.url" in json.dumps(r.json())
 
 
+def test_a_full_fine_tune_on_vllm_by_adapter_is_refused_naming_vllm_sync(client_alice, problem_set):
+    config = {**TINY_OVERRIDES, "sampling": {"engine": "vllm"}, "model": {"lora": None}, "vllm": {"sync": "adapter"}}
+    r = _post(client_alice, problem_set, config)
+    assert r.status_code == 400
+    body = json.dumps(r.json())
+    assert "vllm.sync" in body and "weights" in body
+    assert not Run.objects.exists()
+
+
 def test_the_form_offers_the_engine_and_the_server_settings(client_alice, problem_set):
     r = client_alice.get(f"/runs/new?problem_set={problem_set.pk}")
     groups = dict(r.context["form"].groups())
