@@ -182,6 +182,8 @@ class Trainer:
         self._ahead: Future | None = None
         """sampling.staleness 1: the next step's rollout, sampled in the background while this step updates."""
         self._ahead_step = 0
+        self._ahead_widened = False
+        self._widen_checked = 0.0
         self._ahead_pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------------------------------ run
@@ -297,7 +299,7 @@ class Trainer:
             if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
                 keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
             # the sandbox is done: the update gets every core, unless the next step is being sampled
-            with self.threads.idle() if not cfg.sampling.staleness else contextlib.nullcontext():
+            with self.threads.idle() if not cfg.sampling.staleness else self.threads.back_to_busy():
                 update = self._update(tensors, advantages.to(acc.device), keep.to(acc.device),
                                       old_logprobs, ref_logprobs, kl_coef, step)
             if not cfg.sampling.staleness:  # the next step samples the updated policy
@@ -382,6 +384,7 @@ class Trainer:
         assert self._ahead_step == step, (self._ahead_step, step)
         rollout, sampled_at = self._ahead.result()
         self._ahead = None
+        self._ahead_widened = False
         wait_s = time.monotonic() - t0
         if self._stop_requested():
             return None
@@ -404,6 +407,21 @@ class Trainer:
             self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self._ahead = self._ahead_pool.submit(roll)
         self._ahead_step = step
+        self._ahead_widened = False
+        self._widen_checked = 0.0
+
+    def _widen_when_alone(self) -> None:
+        """``sampling.staleness`` 1: this step's passes and update start beside the rollout sampled ahead,
+        on the cores its engine and sandbox leave; once that rollout is done (between two micro-batches)
+        they take every core the machine leaves free (on 2 cores: a 1-thread update finishes on 2)."""
+        if not self.config.sampling.staleness or self._ahead_widened:
+            return
+        if self._ahead is not None and not self._ahead.done():  # None: the run's last step
+            return
+        now = time.monotonic()
+        if now - self._widen_checked >= WIDEN_RECHECK_S:  # vLLM's worker spins ~1 s after its last request
+            self._widen_checked = now
+            self._ahead_widened = self.threads.widen()
 
     def _settle(self, step: int) -> None:
         """Before the engine samples for evaluation or the tokenizer is saved: the rollout sampled ahead
@@ -457,6 +475,7 @@ class Trainer:
         micro = _micro_batches(tensors, torch.arange(n, device=out.device), mb, self.shared_prompts)
         with ctx as model, fused_lora(model):
             for idx in micro:
+                self._widen_when_alone()
                 logp, _, _, width = self._micro_logprobs(model, tensors, idx)
                 out[idx, :width] = logp
         return out
@@ -521,6 +540,7 @@ class Trainer:
                 num_tokens = completion_mask[mb].sum().clamp(min=1).float()
                 micro = _micro_batches(tensors, mb, cfg.micro_batch_size, self.shared_prompts)
                 for j, idx in enumerate(micro):
+                    self._widen_when_alone()
                     sync = acc.no_sync(self.model) if j < len(micro) - 1 else contextlib.nullcontext()
                     with sync:
                         logp, entropy, cmask, width = self._micro_logprobs(
@@ -659,7 +679,8 @@ class PhaseThreads:
     while the sandbox is idle; there every core helps when nothing else is running (the update ~1.5x
     faster with 2 threads than 1 on 2 idle cores) and hurts badly when something is (9x slower with
     2 threads on 2 cores loaded by another process: each parallel region waits for a descheduled
-    thread). So the idle phases take every core only while the machine's load leaves them free.
+    thread). So the idle phases take every core only while the machine leaves them free, judged by
+    what is runnable at the phase's start (``_cores_free``).
     ``busy``/``idle`` None: leave the thread count alone."""
 
     def __init__(self, busy: int | None, idle: int | None):
@@ -680,6 +701,24 @@ class PhaseThreads:
         if self.busy_threads:
             torch.set_num_threads(self.busy_threads)
 
+    def widen(self) -> bool:
+        """Every core now, if the machine leaves them free (``idle`` without its context: ``busy`` or the
+        end of ``back_to_busy`` goes back). -> False when the cores are taken (worth asking again)"""
+        if not self.idle_threads:
+            return True
+        if not _cores_free(self.idle_threads, self.busy_threads or 1):
+            return False
+        torch.set_num_threads(self.idle_threads)
+        return True
+
+    @contextlib.contextmanager
+    def back_to_busy(self):
+        """A phase that may ``widen``: the busy count again after it."""
+        try:
+            yield
+        finally:
+            self.busy()
+
     @contextlib.contextmanager
     def idle(self):
         if self.idle_threads:
@@ -692,15 +731,36 @@ class PhaseThreads:
 
 
 def _cores_free(wanted: int, own: int) -> bool:
-    """Whether ``wanted`` cores are free for this process: the 1-minute load average, less this
-    process's own ``own`` running threads, leaves them (with half a core of slack)."""
+    """Whether ``wanted`` cores are free for this process: the tasks runnable on the machine right now
+    (``_runnable_now``; else the 1-minute load average), less this process's own ``own`` running
+    threads, leave them (with half a core of slack). Not the load average first: it still counts, for
+    a minute, work that has just ended, such as this step's generation in a vLLM server that is now
+    idle (measured: the update then ran on 1 thread of 2 free cores, 3.3 s instead of 1.9 s)."""
     import os
 
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform: do not risk oversubscription
-        return False
+    load = _runnable_now()
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load figure on this platform: do not risk oversubscription
+            return False
     return load - own <= len(os.sched_getaffinity(0)) - wanted + 0.5
+
+
+def _runnable_now(samples: int = 3, gap_s: float = 0.002) -> float | None:
+    """Tasks runnable on the machine now, the reader included: the median of a few reads of the running
+    count in /proc/loadavg (one read can catch a short burst). None where that file is missing."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]))
+        except (OSError, IndexError, ValueError):
+            return None
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    counts.sort()
+    return float(counts[len(counts) // 2])
 
 
 class _Mismatch:
@@ -876,6 +936,9 @@ def _temperature(cfg: RunConfig) -> float:
 
 
 _ROUND_SEED = 15_485_863
+WIDEN_RECHECK_S = 0.2
+"""sampling.staleness 1: how often a step that runs beside the rollout sampled ahead asks, once that rollout is
+done, whether it may take every core (``Trainer._widen_when_alone``)."""
 """Generator-seed offset between dynamic-sampling rounds (a prime far above any chunk offset)."""
 
 

@@ -6,9 +6,10 @@ the sampled ids (``return_token_ids``) with their log-probs under the processed 
 the token was drawn from), and the completion is cut here by training/generation.py's stop-string
 contract on those ids. Nothing is re-tokenised from text.
 
-One request per candidate (``n = 1``, its own seed on a GPU server; see ``VLLMEngine.seeded``) so that continuous batching hands each
-completion back the moment it ends; the rollout submits its execution straight away. The prompt's
-KV is computed once per prompt through vLLM's prefix cache.
+One request per candidate (``n = 1``, its own seed on a GPU server; see ``VLLMEngine.seeded``) so that
+continuous batching hands each completion back the moment it ends; the rollout submits its execution
+straight away (the completions that came back together as one piece: one sandbox submission). The
+prompt's KV is computed once per prompt through vLLM's prefix cache.
 
 The policy (``vllm.sync``): the base model is loaded once, then after every optimizer step ``sync``
 either saves the LoRA adapter and hot-loads it under the name ``policy`` (``adapter``:
@@ -34,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from training.engines import merge_pieces
 from training.engines.base import EngineError, Piece
 from training.engines.vllm_server import VLLMServer, version
 from training.generation import GenerationBatch, cut_completion, encode_prompts, eos_token_ids
@@ -94,9 +96,11 @@ class VLLMEngine:
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    slot, p = futures[fut]
-                    yield [slot], self._piece(fut.result(), encoded[p], p, prompts, stops, eos)
+                # the completions that ended together are one piece (one sandbox submission), in slot order
+                ready = sorted((futures[fut], fut) for fut in done)
+                pieces = [([slot], self._piece(fut.result(), encoded[p], p, prompts, stops, eos))
+                          for (slot, p), fut in ready]
+                yield [slot for (slot, _), _ in ready], merge_pieces(pieces, prompts)
         finally:
             for fut in pending:
                 fut.cancel()
