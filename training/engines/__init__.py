@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from training.engines.base import Engine, EngineError, Piece
+from training.engines.base import Engine, EngineError, Piece, merge_pieces
 
 if TYPE_CHECKING:
     from training.generation import GenerationBatch
@@ -37,31 +37,6 @@ def collect(engine: Engine, prompts: Sequence[str], sampling: Any, *, n: int, se
     """A whole ``stream`` call as one batch in slot order (grouped by prompt, as ``generate`` returns)."""
     extra = {} if prompt_ids is None else {"prompt_ids": prompt_ids}
     return merge_pieces(list(engine.stream(prompts, sampling, n=n, seed=seed, **extra)), prompts)
-
-
-def merge_pieces(pieces: Sequence[Piece], prompts: Sequence[str]) -> GenerationBatch:
-    from training.generation import GenerationBatch
-
-    if len(pieces) == 1 and pieces[0][0] == list(range(len(pieces[0][1]))):
-        batch = pieces[0][1]
-        batch.prompts = list(prompts)
-        return batch
-    rows: dict[int, tuple[GenerationBatch, int]] = {}
-    for slots, batch in pieces:
-        for row, slot in enumerate(slots):
-            rows[slot] = (batch, row)
-    out = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
-    for slot in sorted(rows):
-        batch, row = rows[slot]
-        out.prompt_ids.append(batch.prompt_ids[row])
-        out.completion_ids.append(batch.completion_ids[row])
-        out.texts.append(batch.texts[row])
-        out.prompt_index.append(batch.prompt_index[row])
-        out.finish_reasons.append(batch.finish_reasons[row])
-        out.generated_tokens.append(batch.generated_tokens[row])
-        if batch.sampler_logprobs:
-            out.sampler_logprobs.append(batch.sampler_logprobs[row])
-    return out
 
 
 def as_engine(model_or_engine: Any, tokenizer: Any, chunks: int = 1) -> Engine:

@@ -33,8 +33,33 @@ class Engine(Protocol):
         ...
 
     def describe(self) -> dict:
-        """``{name, version, url, dtype, log}``: the ``engine`` entry of the start event's ``runtime``."""
+        """``{name, version, url, dtype, log}`` (vllm adds ``sync``): the ``engine`` entry of the start event's ``runtime``."""
         ...
 
     def close(self) -> None:
         ...
+
+
+def merge_pieces(pieces: Sequence[Piece], prompts: Sequence[str]) -> GenerationBatch:
+    from training.generation import GenerationBatch
+
+    if len(pieces) == 1 and pieces[0][0] == list(range(len(pieces[0][1]))):
+        batch = pieces[0][1]
+        batch.prompts = list(prompts)
+        return batch
+    rows: dict[int, tuple[GenerationBatch, int]] = {}
+    for slots, batch in pieces:
+        for row, slot in enumerate(slots):
+            rows[slot] = (batch, row)
+    out = GenerationBatch([], [], [], [], [], [], prompts=list(prompts))
+    for slot in sorted(rows):
+        batch, row = rows[slot]
+        out.prompt_ids.append(batch.prompt_ids[row])
+        out.completion_ids.append(batch.completion_ids[row])
+        out.texts.append(batch.texts[row])
+        out.prompt_index.append(batch.prompt_index[row])
+        out.finish_reasons.append(batch.finish_reasons[row])
+        out.generated_tokens.append(batch.generated_tokens[row])
+        if batch.sampler_logprobs:
+            out.sampler_logprobs.append(batch.sampler_logprobs[row])
+    return out

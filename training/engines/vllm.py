@@ -35,8 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from training.engines import merge_pieces
-from training.engines.base import EngineError, Piece
+from training.engines.base import EngineError, Piece, merge_pieces
 from training.engines.vllm_server import VLLMServer, version
 from training.generation import GenerationBatch, cut_completion, encode_prompts, eos_token_ids
 
