@@ -117,6 +117,26 @@ def _vllm_sequence_logprobs(engine, prompt_ids, completion_ids):
     return torch.tensor([row[str(tok)]["logprob"] for row, tok in zip(rows, completion_ids)])
 
 
+def _train_sync_and_score(engine, model, prompt_ids, target):
+    """Four optimizer steps of ``model`` towards ``target`` after ``prompt_ids``, then ``engine.sync``.
+    -> vLLM's log-probs of ``target`` before and after, and the trainer's (float32) after; each (C,)"""
+    before = _vllm_sequence_logprobs(engine, prompt_ids, target)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=5e-3)
+    ids = torch.tensor([prompt_ids + target])
+    for _ in range(4):
+        out = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].log_softmax(-1)  # (C, V)
+        loss = -out.gather(-1, torch.tensor(target)[:, None]).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    engine.sync(model)
+    after = _vllm_sequence_logprobs(engine, prompt_ids, target)
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float().log_softmax(-1)
+    return before, after, expected.gather(-1, torch.tensor(target)[:, None]).squeeze(-1)
+
+
 def test_vllm_conditions_on_our_token_ids_and_cuts_by_our_stop_contract(engine, policy):
     from training.config import SamplingConfig
     from training.engines import collect
@@ -164,21 +184,7 @@ def test_vllm_logprobs_match_the_trainers_and_move_with_the_adapter(engine, poli
     # Several optimizer steps towards one sequence, then sync: vLLM's log-probs of a fixed sequence move
     # with the adapter and land where the trainer's are.
     prompt, target = batch.prompt_ids[0], batch.completion_ids[0]
-    before = _vllm_sequence_logprobs(engine, prompt, target)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=5e-3)
-    ids = torch.tensor([prompt + target])
-    for _ in range(4):
-        out = model(input_ids=ids).logits[0, len(prompt) - 1:-1].log_softmax(-1)  # (C, V)
-        loss = -out.gather(-1, torch.tensor(target)[:, None]).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    engine.sync(model)
-    after = _vllm_sequence_logprobs(engine, prompt, target)
-    with torch.no_grad():
-        expected = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float().log_softmax(-1)
-    expected = expected.gather(-1, torch.tensor(target)[:, None]).squeeze(-1)  # (C,)
+    before, after, expected = _train_sync_and_score(engine, model, prompt, target)
     assert (after - before).abs().mean() > 0.3  # the adapter really changed what vLLM computes
     assert (after - expected).abs().max() < 0.15 and (after - expected).abs().mean() < 0.05
     assert sorted(p.name for p in engine.adapter_dir.iterdir()) == [f"v{engine.adapter_version}"]
@@ -259,18 +265,19 @@ def test_without_the_engine_environment_the_start_is_refused_with_the_fix(monkey
                          gpu_memory_utilization=0.4, tensor_parallel_size=1)
 
 
-def _server_metric(engine, name: str) -> float:
+def _server_metrics(engine) -> list[str]:
     with urllib.request.urlopen(engine.url + "/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+        return resp.read().decode().splitlines()
+
+
+def _server_metric(engine, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in _server_metrics(engine) if line.startswith(name + "{"))
 
 
 def _prefix_block(engine) -> int:
     """The server's prefix-cache block in tokens (640 for this hybrid model on the CPU build: its attention
     block is sized to the linear-attention state's page)."""
-    with urllib.request.urlopen(engine.url + "/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    info = next(line for line in text.splitlines() if line.startswith("vllm:cache_config_info{"))
+    info = next(line for line in _server_metrics(engine) if line.startswith("vllm:cache_config_info{"))
     return int(re.search(r'[{,]block_size="(\d+)"', info).group(1))
 
 
@@ -300,22 +307,8 @@ def test_with_weights_sync_the_server_samples_the_trainers_weights_and_no_prompt
     assert _server_metric(engine, "vllm:prefix_cache_hits_total") > hits  # the prompt's block is cached
 
     prompt, target = long_prompt[-8:], list(range(100, 116))
-    before = _vllm_sequence_logprobs(engine, prompt, target)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=5e-3)
-    ids = torch.tensor([prompt + target])
-    for _ in range(4):
-        out = model(input_ids=ids).logits[0, len(prompt) - 1:-1].log_softmax(-1)  # (C, V)
-        loss = -out.gather(-1, torch.tensor(target)[:, None]).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    engine.sync(model)
+    before, after, expected = _train_sync_and_score(engine, model, prompt, target)
     assert engine.weights_version == 2
-    after = _vllm_sequence_logprobs(engine, prompt, target)
-    with torch.no_grad():
-        expected = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float().log_softmax(-1)
-    expected = expected.gather(-1, torch.tensor(target)[:, None]).squeeze(-1)  # (C,)
     assert (after - before).abs().mean() > 0.3  # the reloaded weights really changed what vLLM computes
     assert (after - expected).abs().max() < 0.15 and (after - expected).abs().mean() < 0.05
     diff = mismatch()  # the same long prompt, after the reload
