@@ -8,6 +8,11 @@ document.querySelectorAll("form[data-confirm]").forEach(function (form) {
 // Follow one problem set's job live: its notifications over the websocket, with polling of
 // /api/problem-sets/<id> as the fallback. `show` gets the event (or the API's `key` object) until
 // `finished()` says the page has what it waited for.
+// What its `show`s read off the API's answer (tests/webapp/core/test_page_api_fields.py holds these to the schema):
+// @api GET /api/problem-sets/{problem_set_id} validation.badge.text validation.badge.state validation.progress_text validation.in_progress
+// @api GET /api/problem-sets/{problem_set_id} import.in_progress import.progress_text import.total_bytes import.read_bytes
+// @api GET /api/problem-sets/{problem_set_id} probe.status probe.progress_text probe.total probe.done probe.in_progress
+// @reads-elsewhere problem_set (the notification events)
 function followProblemSet(id, event, key, show, finished) {
   try {
     const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";

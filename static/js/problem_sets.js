@@ -2,6 +2,9 @@
 // /api/problem-sets as the fallback): lines and bytes read while importing, problems checked while
 // validating, then the verdict counts, all without a reload. Each row's badge, line and whether it is
 // still under way are the server's (webapp/problems/services.py list_row).
+// @api GET /api/problem-sets [].id [].list_row.in_progress [].list_row.badge.text [].list_row.badge.state [].list_row.text
+// @api GET /api/problem-sets [].import.in_progress [].import.problems [].import.status [].validation.status
+// @reads-elsewhere problem_set (the notification events)
 (function () {
   "use strict";
   const rows = new Map();

@@ -1,6 +1,13 @@
 // Run page: charts, problems, health and checkpoints from the embedded state, then live over
 // /ws/runs/<id>/ (reconnects with backoff; passes since=<last step>&after=<last seq>; points keyed by
 // step so a replayed or repeated step never adds a second point).
+// What it reads off the API (tests/webapp/core/test_page_api_fields.py holds these to the API schema):
+// @api GET /api/runs/{run_id} queue
+// @api GET /api/runs/{run_id}/checkpoints [].step [].kind [].heldout_pass_at_1 [].size_bytes [].best [].download_url
+// The embedded state (webapp/runs/views.py) and the run's events (docs/design.md "Training run events"):
+// @reads-elsewhere config_facts problems_per_step epochs_per_batch single_minibatch kl_coef mismatch_kl_threshold last_seq
+// @reads-elsewhere problem_id solve_rate solve_rate_turn1 zero_variance_groups problem_row problem_rows per_problem mismatch_warning
+// @reads-elsewhere tokens_per_s time/rollout_s time/step_s reward/mean pass@1 pass@k pass@1/turn1 pass@1/train
 (function () {
   "use strict";
   var state = JSON.parse(document.getElementById("run-state").textContent);

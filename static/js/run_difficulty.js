@@ -3,6 +3,10 @@
 // solved marked and summed up. It fetches the map again (at most once a second) as problem events
 // arrive on run_detail.js's websocket ("crucible:run-event"); a click on a cell asks run_detail.js to
 // open that step's candidates of the problem ("crucible:open-candidates").
+// What it reads off the map (tests/webapp/core/test_page_api_fields.py holds these to the API schema):
+// @api GET /api/runs/{run_id}/difficulty-map steps summary.problems summary.became_solved summary.never_solved summary.solved_from_start
+// @api GET /api/runs/{run_id}/difficulty-map problems[].problem_id problems[].status problems[].history problems[].final_solve_rate problems[].first_solved_step problems[].zero_variance_groups problems[].zero_variance_steps problems[].set_aside_steps
+// @reads-elsewhere became_solved never_solved solved_from_start (the status names, as MARK's keys)
 (function () {
   "use strict";
   var card = document.getElementById("difficulty");

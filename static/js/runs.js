@@ -1,5 +1,6 @@
 // Runs list: pick runs to compare, and follow active runs' status without a reload.
 // The button says how many runs are picked and stays off below two, so it never goes nowhere.
+// @api GET /api/runs [].id [].status [].step [].steps
 (function () {
   var form = document.getElementById("compare-form"), button = document.getElementById("compare-button");
   function picked() {

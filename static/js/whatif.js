@@ -1,6 +1,12 @@
 // Run page, what-if re-scoring panel (templates/runs/_whatif.html): POST /api/runs/<id>/rescore with
 // other reward weights, then per step the sign flips and rank correlation, the problems whose
 // ranking changes most, and one problem's candidates side by side (reward and advantage before → after).
+// What it reads off the answer (tests/webapp/core/test_page_api_fields.py holds these to the API schema):
+// @api POST /api/runs/{run_id}/rescore range summary.candidates summary.groups summary.sign_flips summary.rank_corr
+// @api POST /api/runs/{run_id}/rescore steps[].step steps[].sign_flips steps[].rank_corr steps[].zero_variance_before steps[].zero_variance_after
+// @api POST /api/runs/{run_id}/rescore problems[].problem_id problems[].rank_corr problems[].sign_flips problems[].groups
+// @api POST /api/runs/{run_id}/rescore problems[].candidates[].step problems[].candidates[].index problems[].candidates[].status problems[].candidates[].reward_before problems[].candidates[].reward_after problems[].candidates[].advantage_before problems[].candidates[].advantage_after problems[].candidates[].sign_flip problems[].candidates[].rank_before problems[].candidates[].rank_after
+// @api POST /api/runs/{run_id}/rescore problems[].candidates[].turns[].reward_before problems[].candidates[].turns[].reward_after problems[].candidates[].turns[].return_before problems[].candidates[].turns[].return_after problems[].candidates[].turns[].advantage_before problems[].candidates[].turns[].advantage_after problems[].candidates[].turns[].sign_flip
 (function () {
   "use strict";
   var panel = document.getElementById("whatif");

@@ -87,3 +87,31 @@ def test_the_range_follows_new_steps_live_and_the_answer_states_its_range(page, 
     page.click("#whatif-run")
     wait_until(page, "document.getElementById('whatif-status').textContent.indexOf('Steps 14–15') === 0", 15)
     assert "(asked: steps 14–40)" in page.inner_text("#whatif-status")  # clamped to what is stored, and said so
+
+
+def test_the_side_by_side_table_shows_each_candidates_values_as_rescore_computes_them(page, live_server_url, stored):
+    """Every cell a person reads, not only that the table exists: the ranks once showed
+    `undefined → undefined` because the API's schema stripped them."""
+    from webapp.runs.rescore import rescore_run
+
+    weights = {"pass_rate": 0, "syntax": 0, "efficiency": 0, "format": 0, "conciseness": 1}
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{stored.pk}/")
+    for name, value in weights.items():
+        page.fill(f"#whatif-form input[name={name}]", str(value))
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-problems tr")
+    page.locator("#whatif-problems tr").first.click()
+    page.wait_for_selector("#whatif-problem:not([hidden])")
+
+    want = rescore_run(stored, weights)["problems"][0]
+    shown = page.evaluate("""Array.from(document.querySelectorAll('#whatif-candidates tr')).map(function (tr) {
+      return Array.from(tr.children).slice(0, 6).map(function (td) { return td.firstChild ? td.firstChild.textContent : ''; });
+    })""")
+    assert len(shown) == len(want["candidates"])
+    for cells, c in zip(shown, want["candidates"]):
+        assert cells[:2] == [str(c["step"]), f"#{c['index']}"]
+        assert cells[3] == f"{c['reward_before']:.3f} → {c['reward_after']:.3f}"
+        assert cells[4] == f"{c['advantage_before']:.3f} → {c['advantage_after']:.3f}"
+        assert cells[5] == f"{c['rank_before']:g} → {c['rank_after']:g}", cells
+    assert not any("undefined" in cell or "NaN" in cell for cells in shown for cell in cells)

@@ -229,6 +229,9 @@ class RescoreCandidateOut(Schema):
     advantage_after: float
     sign_flip: bool = Field(description="an advantage of it changes sign (counted in sign_flips)")
     status: str = Field(description="execution outcome")
+    rank_before: float = Field(description="its place in its group by reward_before (1 = best; ties share "
+                                           "their mean rank)")
+    rank_after: float = Field(description="its place in its group by reward_after")
     turns: list[RescoreTurnOut] | None = Field(None, description="multi-turn repair: each turn; absent for one "
                                                                  "turn")
 
