@@ -101,11 +101,35 @@ var CrucibleCharts = (function () {
     return stepAxis(maxStep);
   }
 
+  // A series drawn under later ones at (nearly) the same values is invisible (the reward chart's
+  // "format", 1.0 at every step under another dimension at 1.0): such a trace gets open markers, which
+  // ring the line on top, and its legend entry says what it sits under. Pure on Plotly trace objects;
+  // `plainName` keeps its own name for the CSV. "Nearly": within 1% of the chart's y span.
+  function revealHidden(traces) {
+    var shown = traces.filter(function (t) { return t.meta !== "raw" && t.meta !== "guide" && t.x.length; });
+    var ys = [].concat.apply([], shown.map(function (t) { return t.y; })).filter(function (v) { return typeof v === "number"; });
+    var span = ys.length ? Math.max.apply(null, ys) - Math.min.apply(null, ys) : 0;
+    var tol = 0.01 * (span || Math.abs(ys[0] || 1));
+    shown.forEach(function (t, i) {
+      var above = shown.slice(i + 1), over = new Set(), covered = 0;
+      t.x.forEach(function (x, k) {
+        var on = above.filter(function (u) { var j = u.x.indexOf(x); return j >= 0 && Math.abs(u.y[j] - t.y[k]) <= tol; });
+        if (on.length) { covered += 1; on.forEach(function (u) { over.add(u.plainName || u.name); }); }
+      });
+      if (covered < Math.max(1, t.x.length / 2)) return;
+      t.plainName = t.plainName || t.name;
+      t.name = t.plainName + " (under " + Array.from(over).join(", ") + ")";
+      t.mode = "lines+markers";
+      t.marker = {symbol: "circle-open", size: 9, color: (t.line || {}).color, line: {width: 2, color: (t.line || {}).color}};
+    });
+    return traces;
+  }
+
   function csv(traces, xTitle) {
     var shown = traces.filter(function (t) { return t.meta !== "raw" && t.meta !== "guide"; });
     var xs = Array.from(new Set([].concat.apply([], shown.map(function (t) { return t.x; })))).sort(function (a, b) { return a - b; });
     var quote = function (s) { return /[",\n]/.test(s) ? '"' + String(s).replace(/"/g, '""') + '"' : s; };
-    var rows = [[xTitle].concat(shown.map(function (t) { return quote(t.name); })).join(",")];
+    var rows = [[xTitle].concat(shown.map(function (t) { return quote(t.plainName || t.name); })).join(",")];
     xs.forEach(function (x) {
       rows.push([x].concat(shown.map(function (t) {
         var i = t.x.indexOf(x);
@@ -137,5 +161,5 @@ var CrucibleCharts = (function () {
   function title(text) { return {text: text, font: {size: 13}, x: 0.01, xanchor: "left", y: 0.97, yanchor: "top"}; }
 
   return {runColour: runColour, ema: ema, stepAxis: stepAxis, xScale: xScale, xTitle: xTitle, xAxis: xAxis,
-          csv: csv, config: config, title: title, palette: PALETTE};
+          csv: csv, config: config, title: title, palette: PALETTE, revealHidden: revealHidden};
 })();

@@ -189,6 +189,7 @@
                        hovertemplate: "%{y:.0%}<extra>held-out pass@1 at turn 1</extra>"});
         }
       }
+      CrucibleCharts.revealHidden(traces);
       var el = document.getElementById(chart.id);
       el.dataset.points = steps.length;
       var title = CrucibleCharts.title(chart.title);

@@ -55,7 +55,20 @@
     el.replaceChildren(
       summaryPart("became", "▲ ", s.became_solved, "became solved", ids("became_solved")), document.createTextNode(" · "),
       summaryPart("never", "✗ ", s.never_solved, "never solved", ids("never_solved")), document.createTextNode(" · "),
-      document.createTextNode(s.solved_from_start + " solved from the first time sampled, of " + s.problems + " train problems"));
+      document.createTextNode(s.solved_from_start + " solved from the first time sampled, of " + s.problems + " train problems. "),
+      solvedMeans(rows));
+  }
+
+  // "Solved" is about any step, the pass rates beside it about the last: say so, and how many of the
+  // solved ones passed nothing the last time they were sampled (what reads as a contradiction otherwise).
+  function solvedMeans(rows) {
+    var lost = rows.filter(function (p) { return p.status !== "never_solved" && p.final_solve_rate === 0; }).length;
+    var span = document.createElement("span");
+    span.className = "muted";
+    span.id = "difficulty-solved-means";
+    span.textContent = "Solved: at least one candidate passed every test at some step (not the pass rate now); " +
+      lost + " of the solved had no passing candidate the last time they were sampled.";
+    return span;
   }
 
   function emptyLayout(text) {

@@ -55,6 +55,10 @@ def test_the_difficulty_map_sorts_marks_solved_and_unsolved_and_opens_a_cells_ca
     summary = page.locator("#difficulty-summary").inner_text()
     assert "▲ 1 became solved: HumanEval/0" in summary and "✗ 1 never solved: add-1" in summary
     assert "1 solved from the first time sampled, of 3 train problems" in summary
+    # what "solved" counts, beside rows whose pass rate fell later
+    assert page.inner_text("#difficulty-solved-means") == (
+        "Solved: at least one candidate passed every test at some step (not the pass rate now); "
+        "0 of the solved had no passing candidate the last time they were sampled.")
     page.locator("#difficulty").screenshot(path=str(output_dir / "run-difficulty-map.png"))
 
     page.select_option("#difficulty-sort", "first_solved")  # step 2 for both solved ones, never solved last

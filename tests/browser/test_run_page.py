@@ -316,3 +316,30 @@ def test_the_candidate_inspector_pages_through_every_candidate(page, live_server
     page.click("#candidate-pages a:has-text('newer 50')")
     wait_until(page, "document.querySelectorAll('#candidates details.candidate').length === 50", 10)
     assert listed() == first
+
+
+def test_a_series_under_another_stays_visible_with_markers_and_a_legend_note(page, live_server_url, user,
+                                                                               settings, tmp_path):
+    """The reward chart's "format" at 1.0 every step lay under "syntax" at 1.0: in the legend, never seen."""
+    from tests.factories import install_model_stub, line, make_run
+    from training import events as run_events
+
+    settings.RUNS_DIR, settings.MODELS_DIR = tmp_path / "runs", tmp_path / "models"
+    install_model_stub(settings.MODELS_DIR / "tiny")
+    run = make_run(user, "format under syntax")
+    run.claim(host="h", pid=1)
+    ingest(run, [line(run_events.step_event(s, {"reward/mean": 0.5 + 0.1 * s, "reward/pass_rate": 0.1 * s,
+                                                   "reward/syntax": 1.0, "reward/format": 1.0}))
+                 for s in (1, 2, 3)])
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/{run.pk}/")
+    wait_until(page, "Number(document.getElementById('chart-reward').dataset.points) === 3", 10)
+    traces = {t["name"]: t for t in page.evaluate(
+        "document.getElementById('chart-reward').data.map(t => ({name: t.name, plain: t.plainName || t.name, "
+        "mode: t.mode, marker: t.marker ? t.marker.symbol : null}))")}
+    under = next(t for t in traces.values() if t["plain"] == "format")
+    assert under["name"] == "format (under syntax)"  # the legend says where it is
+    assert under["mode"] == "lines+markers" and under["marker"] == "circle-open"  # rings the line on top
+    on_top = next(t for t in traces.values() if t["plain"] == "syntax")
+    assert on_top["name"] == "syntax" and on_top["marker"] is None
+    assert all("(under" not in t["name"] for t in traces.values() if t["plain"] not in ("format",))
