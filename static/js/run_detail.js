@@ -395,59 +395,89 @@
   }
 
   var filterInput = document.getElementById("problem-filter");
-  function drawProblems() {
+  // Train problems (the ones with candidates to inspect) first, then held-out; each worst first.
+  function problemOrder(a, b) {
+    return (a.split === "heldout") - (b.split === "heldout") || a.solve_rate - b.solve_rate ||
+      (a.problem_id < b.problem_id ? -1 : 1);
+  }
+  // Live updates change rows where they are: a row never moves under the pointer (clicks hit rows
+  // that had just moved). New problems join at the end, marked; "sort now" puts the rows in order.
+  var rowOrder = null, newRows = new Set();
+  function buildRow(p) {
+    var tr = document.createElement("tr");
+    tr.className = "clickable";
+    tr.dataset.problem = p.problem_id;
+    if (p.problem_id === openProblem) tr.classList.add("selected");
+    [p.problem_id, p.split, Math.round(p.solve_rate * 100) + "%"].forEach(function (text) {
+      var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
+    });
+    if (typeof p.solve_rate_turn1 === "number") {  // multi-turn: how many passed at their first turn
+      var turn1 = document.createElement("span");
+      turn1.className = "muted small turn1-rate";
+      turn1.title = "passing at their first turn (the rate before it counts those repaired by a later turn)";
+      turn1.textContent = " (turn 1: " + Math.round(p.solve_rate_turn1 * 100) + "%)";
+      tr.children[2].appendChild(turn1);
+    }
+    var change = document.createElement("td");
+    change.className = "nowrap";
+    if (p.history.length) {
+      var first = p.history[0], last = p.history[p.history.length - 1];
+      change.title = (p.split === "heldout" ? "held-out pass@1 at the evaluation of step " : "pass rate at step ") +
+        first[0] + " → step " + last[0];
+      if (p.split === "heldout") {
+        // Each end opens the samples of its evaluation: before training → the latest.
+        change.append(evalLink(p.problem_id, first, "before"), " → ", evalLink(p.problem_id, last, "after"));
+      } else {
+        change.textContent = Math.round(first[1] * 100) + "% → " + Math.round(last[1] * 100) + "%";
+      }
+    }
+    tr.appendChild(change);
+    var spark = document.createElement("td"); spark.appendChild(sparkline(p.history)); tr.appendChild(spark);
+    var zv = document.createElement("td"); zv.textContent = p.split === "heldout" ? "—" : p.zero_variance_groups; tr.appendChild(zv);
+    return tr;
+  }
+  // The same row element stays: its cells take the new content only where it changed.
+  function updateRow(tr, fresh) {
+    tr.className = fresh.className;
+    if (tr.children.length !== fresh.children.length) { tr.replaceChildren.apply(tr, Array.from(fresh.children)); return; }
+    Array.from(fresh.children).forEach(function (td, i) {
+      var old = tr.children[i];
+      if (old.innerHTML === td.innerHTML && old.title === td.title) return;
+      old.replaceChildren.apply(old, Array.from(td.childNodes));
+      old.title = td.title; old.className = td.className;
+    });
+  }
+  function drawProblems(resort) {
     var body = document.getElementById("problems");
     var filter = filterInput.value.toLowerCase();
-    var rows = Array.from(problems.values())
-      .filter(function (p) { return !filter || p.problem_id.toLowerCase().indexOf(filter) >= 0; })
-      // Train problems (the ones with candidates to inspect) first, then held-out; each worst first.
-      .sort(function (a, b) {
-        return (a.split === "heldout") - (b.split === "heldout") || a.solve_rate - b.solve_rate ||
-          (a.problem_id < b.problem_id ? -1 : 1);
+    var sorted = Array.from(problems.values()).sort(problemOrder).map(function (p) { return p.problem_id; });
+    if (resort === true || rowOrder === null || !rowOrder.length) { rowOrder = sorted; newRows.clear(); }
+    else sorted.forEach(function (id) { if (rowOrder.indexOf(id) < 0) { rowOrder.push(id); newRows.add(id); } });
+    var existing = new Map();
+    body.querySelectorAll("tr[data-problem]").forEach(function (tr) { existing.set(tr.dataset.problem, tr); });
+    var rows = rowOrder.filter(function (id) { return problems.has(id) && (!filter || id.toLowerCase().indexOf(filter) >= 0); })
+      .map(function (id) {
+        var fresh = buildRow(problems.get(id)), tr = existing.get(id);
+        if (tr) updateRow(tr, fresh); else tr = fresh;
+        tr.classList.toggle("new-row", newRows.has(id));
+        return tr;
       });
-    var frag = document.createDocumentFragment();
     if (!rows.length) {
       var empty = document.createElement("tr"), cell = document.createElement("td");
       cell.colSpan = 6; cell.className = "muted";
       cell.textContent = problems.size ? "No problem id contains “" + filterInput.value + "”."
         : finished ? "No problem was sampled." : "Problems appear here as the first step samples them.";
-      empty.appendChild(cell); frag.appendChild(empty);
+      empty.appendChild(cell); rows = [empty];
     }
-    rows.forEach(function (p) {
-      var tr = document.createElement("tr");
-      tr.className = "clickable";
-      tr.dataset.problem = p.problem_id;
-      if (p.problem_id === openProblem) tr.classList.add("selected");
-      [p.problem_id, p.split, Math.round(p.solve_rate * 100) + "%"].forEach(function (text) {
-        var td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
-      });
-      if (typeof p.solve_rate_turn1 === "number") {  // multi-turn: how many passed at their first turn
-        var turn1 = document.createElement("span");
-        turn1.className = "muted small turn1-rate";
-        turn1.title = "passing at their first turn (the rate before it counts those repaired by a later turn)";
-        turn1.textContent = " (turn 1: " + Math.round(p.solve_rate_turn1 * 100) + "%)";
-        tr.children[2].appendChild(turn1);
-      }
-      var change = document.createElement("td");
-      change.className = "nowrap";
-      if (p.history.length) {
-        var first = p.history[0], last = p.history[p.history.length - 1];
-        change.title = (p.split === "heldout" ? "held-out pass@1 at the evaluation of step " : "pass rate at step ") +
-          first[0] + " → step " + last[0];
-        if (p.split === "heldout") {
-          // Each end opens the samples of its evaluation: before training → the latest.
-          change.append(evalLink(p.problem_id, first, "before"), " → ", evalLink(p.problem_id, last, "after"));
-        } else {
-          change.textContent = Math.round(first[1] * 100) + "% → " + Math.round(last[1] * 100) + "%";
-        }
-      }
-      tr.appendChild(change);
-      var spark = document.createElement("td"); spark.appendChild(sparkline(p.history)); tr.appendChild(spark);
-      var zv = document.createElement("td"); zv.textContent = p.split === "heldout" ? "—" : p.zero_variance_groups; tr.appendChild(zv);
-      frag.appendChild(tr);
-    });
-    body.replaceChildren(frag);
+    // Only what moved is moved (re-inserting a row under a pressed button would lose the click).
+    Array.from(body.children).forEach(function (tr) { if (rows.indexOf(tr) < 0) tr.remove(); });
+    rows.forEach(function (tr, i) { if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null); });
+    var stale = rowOrder.filter(function (id) { return problems.has(id); }).join("\n") !== sorted.join("\n");
+    var sortButton = document.getElementById("problems-sort");
+    sortButton.hidden = !stale;
+    sortButton.textContent = "sort now" + (newRows.size ? " (" + newRows.size + " new)" : "");
   }
+  document.getElementById("problems-sort").addEventListener("click", function () { drawProblems(true); });
   function evalLink(problemId, point, which) {
     var a = document.createElement("a");
     a.href = "#"; a.className = "eval-samples " + which;
@@ -461,7 +491,7 @@
     if (problemsPending) return;
     problemsPending = setTimeout(function () { problemsPending = null; drawProblems(); drawHealth(); }, 250);
   }
-  filterInput.addEventListener("input", drawProblems);
+  filterInput.addEventListener("input", function () { drawProblems(); });
 
   document.getElementById("problems").addEventListener("click", function (e) {
     var tr = e.target.closest("tr[data-problem]");
@@ -504,6 +534,8 @@
       var open = same ? Array.from(box.querySelectorAll("details.candidate")).map(function (d) {
         return [d.dataset.step + ":" + d.dataset.index, d.open];
       }) : [];
+      var anchor = same ? readingAnchor(box) : null;
+      if (!same) openGroup = null;
       box.innerHTML = html;  // server-rendered, escaped by the template
       box.dataset.problem = problemId; box.dataset.status = status || ""; box.dataset.flag = openFlag;
       box.dataset.step = stepText; box.dataset.page = String(openPage);
@@ -512,8 +544,11 @@
         box.querySelectorAll("details.candidate").forEach(function (d) {
           var key = d.dataset.step + ":" + d.dataset.index;
           if (wasOpen.has(key)) d.open = wasOpen.get(key);
+          else { d.open = false; d.classList.add("new-candidate"); }  // arrived while one reads: marked, closed
         });
       }
+      markGroup(box);
+      if (anchor) keepInPlace(box, anchor);
       if (focus) {
         var picked = box.querySelector('details.candidate[data-step="' + focus.step + '"][data-index="' + focus.index + '"]');
         if (picked) {
@@ -526,7 +561,52 @@
       document.getElementById("candidates").textContent = "Could not load candidates: " + err.message;
     });
   }
+  // What the reader looks at (the open candidate nearest the top of the view, else the first one in
+  // view) and where it is on screen, so a live refresh that adds newer candidates above leaves it there.
+  function readingAnchor(box) {
+    var all = Array.from(box.querySelectorAll("details.candidate"));
+    var visible = function (d) { var r = d.getBoundingClientRect(); return r.bottom > 0 && r.top < window.innerHeight; };
+    var el = all.find(function (d) { return d.open && visible(d); }) || all.find(visible);
+    return el ? {key: el.dataset.step + ":" + el.dataset.index, top: el.getBoundingClientRect().top} : null;
+  }
+  function keepInPlace(box, anchor) {
+    var parts = anchor.key.split(":");
+    var el = box.querySelector('details.candidate[data-step="' + parts[0] + '"][data-index="' + parts[1] + '"]');
+    if (!el) return;
+    var shift = el.getBoundingClientRect().top - anchor.top;
+    if (Math.abs(shift) < 1) return;
+    var card = box.closest(".candidates-card");
+    if (card && card.scrollHeight > card.clientHeight) card.scrollTop += shift;
+    var left = el.getBoundingClientRect().top - anchor.top;  // what the card could not absorb
+    if (Math.abs(left) >= 1) window.scrollBy(0, left);
+  }
+
+  // A group of failing candidates (by identical code or first error): its members on this page marked,
+  // its newest opened; picked again, unmarked. The pick holds across live refreshes of the same list.
+  var openGroup = null;
+  function markGroup(box) {
+    box.querySelectorAll("details.candidate.in-group").forEach(function (d) { d.classList.remove("in-group"); });
+    box.querySelectorAll(".candidate-groups a.active").forEach(function (a) { a.classList.remove("active"); });
+    if (!openGroup) return;
+    var link = box.querySelector('.candidate-groups a[data-group-kind="' + openGroup.kind + '"][data-group="' + openGroup.id + '"]');
+    if (!link) { openGroup = null; return; }
+    link.classList.add("active");
+    box.querySelectorAll("details.candidate[data-" + openGroup.kind + '-group="' + openGroup.id + '"]').forEach(function (d) {
+      d.classList.add("in-group");
+    });
+  }
+  function pickGroup(box, a) {
+    var same = openGroup && openGroup.kind === a.dataset.groupKind && openGroup.id === a.dataset.group;
+    openGroup = same ? null : {kind: a.dataset.groupKind, id: a.dataset.group};
+    markGroup(box);
+    if (!openGroup) return;
+    var newest = box.querySelector('details.candidate[data-step="' + a.dataset.newestStep + '"][data-index="' + a.dataset.newestIndex + '"]');
+    if (newest) { newest.open = true; newest.scrollIntoView({block: "nearest"}); }
+  }
+
   document.getElementById("candidates").addEventListener("click", function (e) {
+    var group = e.target.closest("a[data-group-kind]");
+    if (group) { e.preventDefault(); pickGroup(document.getElementById("candidates"), group); return; }
     var a = e.target.closest("a[data-status], a[data-flag], a[data-eval-step], a[data-step-filter], a[data-page]");
     if (!a) return;
     e.preventDefault();
@@ -580,7 +660,28 @@
     while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
     return (i ? n.toFixed(1) : n) + " " + units[i];
   }
+  // The headline's links: how many checkpoints, and the best one's archive (the highest held-out
+  // pass@1; without evaluations the newest), so neither waits below the charts.
+  function drawCheckpointLinks(list) {
+    document.getElementById("checkpoint-count").textContent = list.length;
+    var best = list.filter(function (c) { return c.best; }).pop();
+    var pick = best || list[list.length - 1];
+    var a = document.getElementById("download-best");
+    a.hidden = !pick;
+    if (!pick) return;
+    a.href = pick.download_url;
+    a.textContent = (best ? "download best" : "download latest") + " (step " + pick.step + ")";
+    a.title = best ? "the checkpoint at the step with the highest held-out pass@1 (" +
+      Math.round(pick.heldout_pass_at_1 * 100) + "%), as .tar.gz" : "no held-out evaluation picks a best one: the newest checkpoint, as .tar.gz";
+  }
+  document.getElementById("headline-checkpoints").addEventListener("click", function (e) {
+    e.preventDefault();
+    var card = document.getElementById("checkpoints-card");
+    card.querySelector("details.fold").open = true;  // folded earlier in this browser: open it to show it
+    card.scrollIntoView({block: "start", behavior: "smooth"});
+  });
   function drawCheckpoints(list) {
+    drawCheckpointLinks(list);
     var body = document.getElementById("checkpoints");
     body.replaceChildren();
     if (!list.length) {

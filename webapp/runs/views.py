@@ -24,6 +24,7 @@ from webapp.problems.models import ProblemSet
 
 from . import integrity, queries, rescore, runtime, services
 from .archive import config_yaml
+from .candidate_groups import group_failures, member_of
 from .config import default_config, merge_config
 from .forms import RunForm, flatten, set_warnings, sets_issues
 from .models import Candidate, ProblemStat, Run, RunEvent, StepMetric, TransitionError, status_groups
@@ -364,7 +365,9 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
         raise Http404(f"page must be a whole number from 1 to {pages}")
     first = (page - 1) * CANDIDATES_PAGE
     shown = candidates[first:first + CANDIDATES_PAGE]
+    groups = group_failures(candidates)
     for c in shown:
+        c["code_group"], c["error_group"] = member_of(groups, c)
         c["code_html"] = highlight_python(c["code"])
         c["rewards_list"] = [(k, v, _reward_note(k, v, c)) for k, v in sorted(c["rewards"].items())]
         c["badges"] = integrity.badges(integrity.carried_flags(c), c["penalized_flags"])
@@ -381,6 +384,8 @@ def run_candidates(request: HttpRequest, run_id: int, problem_id: str) -> HttpRe
         "newer": min(CANDIDATES_PAGE, first), "older": min(CANDIDATES_PAGE, len(candidates) - first - len(shown)),
         "status": status or "all", "flag": flag or "", "flag_filters": flag_filters, "step": step,
         "heldout": heldout is not None, "evaluations": evaluations,
+        # Groups only say something when some failures repeat (a code or a first error twice or more).
+        "groups": groups if any(g["count"] > 1 for g in groups["by_code"] + groups["by_error"]) else None,
         "eval_filters": _eval_filters(run, evaluations, step) if heldout else [],
         # Runs trained before evaluation samples were recorded have a held-out problem's pass@1 only.
         "samples_recorded": heldout is not None and Candidate.objects.filter(
