@@ -107,8 +107,6 @@ class ProbeState(Schema):
     samples: int = Field(description="candidates sampled per problem")
     done: int = Field(description="problems probed so far (progress)")
     total: int = Field(description="problems to probe")
-    in_progress: bool = Field(False, description="pending or running")
-    progress_text: str = Field("", description="the set page's line while the probe is under way")
     error: str
     summary: dict | None = Field(description="the probe's summary line: problems, unsolved, solved, "
                                               "mean_solve_rate (and mean_pass_rate, its name before the rename)")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 JS_DIR = Path(__file__).resolve().parents[3] / "static" / "js"
-DECLARATION = re.compile(r"^\s*//\s*@api\s+(GET|POST)\s+(\S+)\s+(.*)$", re.M)
-ELSEWHERE = re.compile(r"^\s*//\s*@reads-elsewhere\s+(.*)$", re.M)
+DECLARATION = re.compile(r"^\s*//\s*@api\s+(GET|POST)\s+(\S+)\s+(.*)$", re.MULTILINE)
+ELSEWHERE = re.compile(r"^\s*//\s*@reads-elsewhere\s+(.*)$", re.MULTILINE)
 FETCH = re.compile(r"fetch\(\s*([^,)]*)")
 # a property read: `.name` or `["name"]` with an underscore, `@` or `/` in it (API and metric keys are
 # snake_case; DOM and JS built-ins are camelCase, so this catches the reads that can come off an answer)
