@@ -33,10 +33,15 @@ def _groups(failing: list[dict], key, label) -> list[dict]:
              "members": {(c["step"], c["index"]) for c in members}} for n, members in enumerate(ordered)]
 
 
+CODE_CHARS = 120
+"""A code group's label: its lines joined with ⏎, cut to this many characters."""
+
+
 def code_label(candidate: dict) -> str:
-    lines = code_key(candidate["code"]).splitlines()
-    first = next((line.strip() for line in lines if line.strip()), "(empty)")
-    return f"{first} … ({len(lines)} line{'s' if len(lines) != 1 else ''})" if len(lines) > 1 else first
+    """The code on one line, so that two groups' labels show where they differ (often the last line)."""
+    lines = [line.strip() for line in code_key(candidate["code"]).splitlines() if line.strip()]
+    text = " ⏎ ".join(lines) or "(empty)"
+    return text if len(text) <= CODE_CHARS else text[:CODE_CHARS - 1] + f"… ({len(lines)} lines)"
 
 
 def group_failures(candidates: list[dict]) -> dict:

@@ -20,7 +20,7 @@ def test_identical_code_up_to_trailing_space_is_one_group_largest_first():
     groups = group_failures(listed)
     assert groups["failing"] == 3
     assert [(g["count"], g["label"], g["newest"]) for g in groups["by_code"]] == [
-        (2, "def f(): … (2 lines)", {"step": 3, "index": 0}), (1, "def f(): … (2 lines)", {"step": 2, "index": 0})]
+        (2, "def f(): ⏎ return 1", {"step": 3, "index": 0}), (1, "def f(): ⏎ return 2", {"step": 2, "index": 0})]
     assert member_of(groups, listed[1]) == (0, 0) and member_of(groups, listed[3]) == (None, None)
 
 
@@ -41,6 +41,13 @@ def test_the_fragment_lists_the_groups_with_counts_over_every_page(client_alice,
     ingest(run, [{"event": "problem", "step": 1, "problem_id": "HumanEval/0", "candidates": cands, "time": time.time()}])
     html = client_alice.get(f"/runs/{run.pk}/problems/HumanEval%2F0/candidates?status=failed").content.decode()
     assert "4 failing, in 2 distinct codes and 1 first error" in html
-    assert '<strong class="group-count">3×</strong> <code>def add0(a, b): … (2 lines)</code>' in html
+    assert '<strong class="group-count">3×</strong> <code>def add0(a, b): ⏎ return a - b</code>' in html
     assert '<strong class="group-count">4×</strong> <code>AssertionError</code>' in html
     assert html.count('data-code-group="0"') == 3 and html.count('data-error-group="0"') == 4
+
+
+def test_a_long_codes_label_is_cut_and_says_how_many_lines():
+    from webapp.runs.candidate_groups import CODE_CHARS, code_label
+
+    label = code_label({"code": "\n".join(f"x{i} = {i}" for i in range(40))})
+    assert len(label) < CODE_CHARS + 15 and label.endswith("… (40 lines)") and label.startswith("x0 = 0 ⏎ x1 = 1")
