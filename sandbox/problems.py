@@ -4,7 +4,7 @@ A problem is either `function` (call-based: each test a statement, usually an `a
 candidate's namespace) or `stdio` (each test case a process fed `input`, its output compared by
 `checker`). See docs/design.md "Problems (sandbox/)" for the native JSON Lines format.
 
-This module imports nothing else of the sandbox. Files (reading every format, writing the native
+This module imports nothing else of the sandbox but `sandbox.requirements` (package specs). Files (reading every format, writing the native
 one) belong to `sandbox.formats`: `load_problems`, `load_problems_bytes`, `dump_problems`.
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import keyword
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .requirements import normalize_requirements
 
 KINDS = ("function", "stdio")
 SPLITS = ("train", "heldout")
@@ -91,10 +92,6 @@ class TestCase:
 
 MAX_PACKAGES = 64
 """Most requirements in one environment."""
-# name[extras] then optional comma-separated version clauses: no URLs, paths, options or markers.
-_REQUIREMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
-                          r"(?:\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"
-                          r"(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+)*)?$")
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,8 @@ class Environment:
     """What a problem's candidates run with beyond the standard library (built by sandbox.environments)."""
 
     python_packages: tuple[str, ...] = ()
-    """pip requirement specifiers (`numpy==2.*`, `pandas>=2,<3`): names, extras and versions only."""
+    """Requirements as given (`numpy==2.*`, `pandas>=2,<3`): a name and version clauses only
+    (sandbox.requirements says what is refused); `requirements()` is their normalized form."""
 
     def __post_init__(self) -> None:
         if isinstance(self.python_packages, list):
@@ -113,11 +111,16 @@ class Environment:
         if len(self.python_packages) > MAX_PACKAGES:
             raise ProblemError("environment.python_packages", f"{len(self.python_packages)} packages; at most "
                                                               f"{MAX_PACKAGES}")
-        for i, spec in enumerate(self.python_packages):
-            if not isinstance(spec, str) or len(spec) > 200 or not _REQUIREMENT.match(spec.strip()):
-                raise ProblemError(f"environment.python_packages[{i}]",
-                                   f"{short(spec)} is not a requirement like numpy, numpy==2.*, pandas>=2,<3 "
-                                   "or pkg[extra] (no URLs, paths, options or markers)")
+        try:
+            normalize_requirements(self.python_packages)
+        except ValueError as e:
+            i, why = e.args
+            raise ProblemError(f"environment.python_packages[{i}]", f"{short(self.python_packages[i])} {why}") from None
+
+    def requirements(self) -> tuple[str, ...]:
+        """The packages in normalized form (canonical names, merged sorted clauses, sorted by name): what
+        pip installs and what an environment's build is keyed by, so `NumPy>=1.0` and `numpy>=1` are one."""
+        return normalize_requirements(self.python_packages)
 
     def to_dict(self) -> dict:
         return {"python_packages": list(self.python_packages)}
@@ -302,7 +305,10 @@ class Problem:
             elif name == "memory_limit_mb" and isinstance(value, float) and value.is_integer():
                 value = int(value)
             elif name == "environment":
-                value = Environment.from_dict(value)
+                try:
+                    value = Environment.from_dict(value)
+                except ProblemError as e:  # named by its problem: a set's file may hold many environments
+                    raise ProblemError(e.field, f"problem {short(d['id'])}: {e.message}") from None
             kwargs[name] = value
         return cls(**kwargs)
 
