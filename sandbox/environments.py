@@ -377,7 +377,7 @@ class EnvironmentCache:
             if key != new_key and used < recent and self._evict(key):
                 total -= size
         if total > limit:
-            self._evict(new_key)
+            shutil.rmtree(os.path.join(self.root, new_key), ignore_errors=True)  # ours: we hold it exclusively
             raise EnvironmentBuildError(
                 f"environment [{env.describe()}]: the environment cache is full ({_mib(total)} with it, "
                 f"{self.settings.cache_max_mb} MiB allowed by CRUCIBLE_ENV_CACHE_MAX_MB) and the other "
@@ -478,11 +478,14 @@ _CACHE_LOCK = threading.Lock()
 
 
 def default_cache() -> EnvironmentCache:
-    """The process-wide cache at `cache_root()` (made again when CRUCIBLE_ENV_DIR changes)."""
+    """The process-wide cache at `cache_root()` (made again when CRUCIBLE_ENV_DIR or a setting changes)."""
     global _CACHE
+    settings = EnvironmentSettings.from_environ()
     with _CACHE_LOCK:
-        if _CACHE is None or _CACHE.root != cache_root():
-            _CACHE = EnvironmentCache()
+        if _CACHE is None or _CACHE.root != cache_root() or _CACHE.settings != settings:
+            if _CACHE is not None:
+                _CACHE.close()
+            _CACHE = EnvironmentCache(settings=settings)
         return _CACHE
 
 
@@ -496,3 +499,23 @@ def missing_module(texts: list[str]) -> str | None:
         if m:
             return m.group(1).split(".")[0]
     return None
+
+
+def past_user_limit(existing, problems, limit: int) -> list[tuple[str, str]]:
+    """`(problem id, message)` for each new environment of `problems` (sandbox Problems) that would
+    take a user past `limit` distinct environments, given the normalized requirement lists the user's
+    stored sets already name (`existing`): the first problem naming each such environment."""
+    seen = {tuple(r) for r in existing if r}
+    refused = []
+    for p in problems:
+        env = getattr(p, "environment", None)
+        reqs = env.requirements() if env is not None else ()
+        if not reqs or reqs in seen:
+            continue
+        seen.add(reqs)
+        if len(seen) > limit:
+            refused.append((p.id, f"problem {p.id!r}: the environment [{env.describe()}] would be distinct "
+                                  f"environment {len(seen)} of your problem sets; at most {limit} per user "
+                                  "(CRUCIBLE_ENV_MAX_PER_USER): reuse the package list of one of your sets or "
+                                  "delete sets you no longer need"))
+    return refused
