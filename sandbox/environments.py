@@ -145,9 +145,13 @@ def _interpreter() -> tuple[str, str]:
 class EnvironmentCache:
     """Builds environments on first use and hands out their directories; thread- and process-safe."""
 
-    def __init__(self, root: str | None = None, settings: EnvironmentSettings | None = None):
+    def __init__(self, root: str | None = None, settings: EnvironmentSettings | None = None, start=None):
         self.root = root or cache_root()
         self.settings = settings or EnvironmentSettings.from_environ()
+        self.start = start
+        """How pip is started in the sandbox (`start(argv, scratch_mb=, network=, binds=)` -> Popen:
+        sandbox.backends.process `start_sandboxed`, which the executors pass: this module may not
+        import the backends, which import it); None until an executor gives one."""
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._python: tuple[str, str] | None = None
@@ -168,8 +172,10 @@ class EnvironmentCache:
             self._python = _interpreter()
         return self._python
 
-    def site(self, env: Environment) -> str:
-        """The host directory of `env`'s packages, built now if this host has not built it yet."""
+    def site(self, env: Environment, start=None) -> str:
+        """The host directory of `env`'s packages, built now if this host has not built it yet
+        (`start`: how to start pip in the sandbox, kept for later builds; see `self.start`)."""
+        self.start = start or self.start
         key = self.key(env)
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -289,7 +295,9 @@ class EnvironmentCache:
 
     def _run_pip(self, python: str, target: str, env: Environment) -> str | None:
         """Install `env` into `target` with pip in the sandbox; None, or the last lines pip said on failure."""
-        from .backends.process import start_sandboxed
+        if self.start is None:
+            raise EnvironmentBuildError(f"environment [{env.describe()}]: no sandbox to build it in (this "
+                                        "backend has none)")
         command, binds = _pip_command(python)
         command += ["install", "--isolated", "--target", BUILD_PATH, "--only-binary", ":all:", "--no-input",
                     "--no-cache-dir", "--disable-pip-version-check", "--no-warn-script-location",
@@ -304,7 +312,7 @@ class EnvironmentCache:
                 command += ["--index-url", self.settings.index_url]
             binds += [("--ro-bind-try", path, path) for path in _NETWORK_FILES]
         try:
-            proc = start_sandboxed([*command, *env.requirements()], scratch_mb=self.settings.max_mb,
+            proc = self.start([*command, *env.requirements()], scratch_mb=self.settings.max_mb,
                                    network=network, binds=binds)
         except OSError as e:
             raise EnvironmentBuildError(f"environment [{env.describe()}]: cannot start pip in the sandbox: {e}") \

@@ -4,7 +4,7 @@ A problem is either `function` (call-based: each test a statement, usually an `a
 candidate's namespace) or `stdio` (each test case a process fed `input`, its output compared by
 `checker`). See docs/design.md "Problems (sandbox/)" for the native JSON Lines format.
 
-This module imports nothing else of the sandbox but `sandbox.requirements` (package specs). Files (reading every format, writing the native
+This module imports nothing else of the sandbox. Files (reading every format, writing the native
 one) belong to `sandbox.formats`: `load_problems`, `load_problems_bytes`, `dump_problems`.
 """
 
@@ -15,7 +15,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .requirements import normalize_requirements
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import Specifier
+from packaging.utils import canonicalize_name, canonicalize_version
 
 KINDS = ("function", "stdio")
 SPLITS = ("train", "heldout")
@@ -90,6 +92,68 @@ class TestCase:
         return {"input": self.input, "output": self.output}
 
 
+# Package requirements of an environment: a distribution name and version clauses, nothing else.
+# pip reads more than PEP 508 names: a string that looks like a path or an archive file name
+# (`foo-1.0.tar.gz`, `x.whl`, `./src`) is installed from that file, and an sdist's setup.py runs to
+# build it. `foo-1.0.tar.gz` is also a valid PEP 508 *name*, so a name check alone lets it through.
+# A requirement is parsed by `packaging` and refused when it has a URL, extras or markers, a path
+# separator, or a name ending like an archive pip would open; what remains is normalized
+# (canonical name, sorted canonical clauses, clauses of one name merged) so the same environment
+# spelled differently is one build.
+MAX_REQUIREMENT_LENGTH = 200
+"""Longest requirement string accepted."""
+# Every suffix pip's `is_archive_file` treats as a local archive, and eggs.
+FILE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz",
+                 ".tar.lzma", ".tar", ".egg")
+EXAMPLES = "numpy, numpy==2.*, pandas>=2,<3"
+
+
+def _clause(spec: Specifier) -> str:
+    """One version clause in canonical form: `>=1.0` and `>=1` are the same clause (PEP 440 pads
+    with zeros). `~=` (whose length is its meaning) and `===` (a string match) stay as written."""
+    if spec.operator in ("~=", "===") or spec.version.endswith(".*"):
+        return f"{spec.operator}{spec.version}"
+    return f"{spec.operator}{canonicalize_version(spec.version)}"
+
+
+def parse_requirement(text: object) -> tuple[str, frozenset[str]]:
+    """`(canonical name, canonical clauses)` of one requirement; ValueError saying what is wrong."""
+    if not isinstance(text, str):
+        raise ValueError(f"must be a string such as {EXAMPLES}")
+    spec = text.strip()
+    if not spec or len(spec) > MAX_REQUIREMENT_LENGTH:
+        raise ValueError(f"must be 1 to {MAX_REQUIREMENT_LENGTH} characters")
+    if "/" in spec or "\\" in spec:
+        raise ValueError("is a path or URL; name a package from the index, e.g. " + EXAMPLES)
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement as e:
+        raise ValueError(f"is not a requirement like {EXAMPLES} ({str(e).splitlines()[0][:120]})") from None
+    if req.url:
+        raise ValueError("has a URL; name a package from the index, e.g. " + EXAMPLES)
+    if req.marker is not None:
+        raise ValueError("has an environment marker (`; ...`); give the name and versions only")
+    if req.extras:
+        raise ValueError("has extras (`[...]`); list the packages the extra would bring instead")
+    if req.name.lower().endswith(FILE_SUFFIXES) or req.name.startswith("."):
+        raise ValueError("looks like a file name (pip would install that file); name a package from the index, "
+                         "e.g. " + EXAMPLES)
+    return canonicalize_name(req.name), frozenset(_clause(s) for s in req.specifier)
+
+
+def normalize_requirements(texts) -> tuple[str, ...]:
+    """The requirements as pip receives them: canonical, clauses of one name merged, sorted by name.
+    ValueError `(index, message)` for the first bad one."""
+    by_name: dict[str, set[str]] = {}
+    for i, text in enumerate(texts):
+        try:
+            name, clauses = parse_requirement(text)
+        except ValueError as e:
+            raise ValueError(i, str(e)) from None
+        by_name.setdefault(name, set()).update(clauses)
+    return tuple(name + ",".join(sorted(by_name[name])) for name in sorted(by_name))
+
+
 MAX_PACKAGES = 64
 """Most requirements in one environment."""
 
@@ -100,7 +164,7 @@ class Environment:
 
     python_packages: tuple[str, ...] = ()
     """Requirements as given (`numpy==2.*`, `pandas>=2,<3`): a name and version clauses only
-    (sandbox.requirements says what is refused); `requirements()` is their normalized form."""
+    (`parse_requirement` says what is refused); `requirements()` is their normalized form."""
 
     def __post_init__(self) -> None:
         if isinstance(self.python_packages, list):

@@ -636,6 +636,9 @@ class ProcessExecutor(PooledExecutor):
 
     name = "process"
 
+    def start_sandboxed(self, argv: list[str], **how) -> subprocess.Popen:
+        return start_sandboxed(argv, **how)
+
     def __init__(self, mode: str = "warm", *, use_bwrap: bool = True, use_seccomp: bool = True,
                  use_cgroups: bool = True, max_executions_per_worker: int = 500,
                  scratch_mb: int | None = None, reuse_homes: bool = True):

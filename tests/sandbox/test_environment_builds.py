@@ -19,6 +19,7 @@ import pytest
 
 from sandbox.environments import (EnvironmentBuildError, EnvironmentCache, EnvironmentSettings,
                                   past_user_limit)
+from sandbox.backends.process import start_sandboxed
 from sandbox.problems import Environment, Problem, ProblemError
 from sandbox.service import RequestRefused, parse_batch
 
@@ -125,7 +126,7 @@ def test_check_of_a_set_naming_a_local_sdist_refuses_it_and_its_setup_never_runs
 
 def test_the_same_packages_spelled_differently_are_one_build(env_dir, wheels):
     make_wheel(wheels, "probe")
-    cache = EnvironmentCache(env_dir, local(wheels))
+    cache = EnvironmentCache(env_dir, local(wheels), start_sandboxed)
     spellings = [("probe",), ("Probe",), ("probe>=1",), ("PROBE >= 1.0",), ("probe>=1.0.0", "probe")]
     keys = {cache.key(Environment(s)) for s in spellings[2:]}
     assert len(keys) == 1 and cache.key(Environment(spellings[0])) == cache.key(Environment(spellings[1]))
@@ -149,14 +150,12 @@ def test_a_build_installs_wheels_as_the_sandbox_user_and_hands_root_the_result(e
         original(path)
 
     monkeypatch.setattr(environments, "_own_and_open_to_the_sandbox", recording)
-    site = EnvironmentCache(env_dir, local(wheels)).site(Environment(("probe",)))
+    site = EnvironmentCache(env_dir, local(wheels), start_sandboxed).site(Environment(("probe",)))
     assert owners and set(owners) == {65534}  # what pip wrote, before it was made ours
     assert os.stat(os.path.join(site, "probe", "__init__.py")).st_uid == 0
 
 
 def test_pip_is_sandboxed_away_from_the_working_directory_the_data_and_the_variables(env_dir, monkeypatch):
-    from sandbox.backends.process import start_sandboxed
-
     monkeypatch.setenv("CRUCIBLE_SANDBOX_TOKEN", "secret")
     probe = ("import os, sys; sys.stderr.write(repr((os.getuid(), os.path.exists(%r), os.path.exists(%r), "
              "sorted(k for k in os.environ if k.startswith('CRUCIBLE')))))" % (ROOT, env_dir))
@@ -173,7 +172,7 @@ def test_an_sdist_in_the_index_is_never_built(env_dir, wheels):
     os.chmod(os.path.dirname(marker), 0o777)  # were setup.py to run as the sandbox user, it could write here
     make_marker_sdist(wheels, "probe", marker)
     with pytest.raises(EnvironmentBuildError, match="pip install failed"):
-        EnvironmentCache(env_dir, local(wheels)).site(Environment(("probe",)))
+        EnvironmentCache(env_dir, local(wheels), start_sandboxed).site(Environment(("probe",)))
     assert not os.path.exists(marker)
     shutil.rmtree(os.path.dirname(marker))
 
@@ -198,18 +197,18 @@ def test_past_the_cache_total_the_least_recently_used_go_and_one_in_use_stays(en
     for name in ("pa", "pb", "pc", "pd"):
         make_wheel(wheels, name, payload_bytes=400 << 10)
     settings = local(wheels, cache_max_mb=1)
-    in_use = EnvironmentCache(env_dir, settings)
+    in_use = EnvironmentCache(env_dir, settings, start_sandboxed)
     a = in_use.site(Environment(("pa",)))  # held by a live cache: in use
-    other = EnvironmentCache(env_dir, settings)
+    other = EnvironmentCache(env_dir, settings, start_sandboxed)
     b = other.site(Environment(("pb",)))
     other.close()  # b is no longer used by anyone
     long_ago = time.time() - 3600
     for site in (a, b):
         os.utime(os.path.join(os.path.dirname(site), "crucible-env.json"), (long_ago, long_ago))
-    c = EnvironmentCache(env_dir, settings).site(Environment(("pc",)))
+    c = EnvironmentCache(env_dir, settings, start_sandboxed).site(Environment(("pc",)))
     assert os.path.exists(a) and not os.path.exists(b) and os.path.exists(c)
     with pytest.raises(EnvironmentBuildError, match="cache is full"):  # a and c are both in use
-        EnvironmentCache(env_dir, settings).site(Environment(("pd",)))
+        EnvironmentCache(env_dir, settings, start_sandboxed).site(Environment(("pd",)))
     assert os.path.exists(a) and os.path.exists(c)
     assert sorted(n for n in os.listdir(env_dir) if not n.startswith(".")) == sorted(
         os.path.basename(os.path.dirname(s)) for s in (a, c))
@@ -219,12 +218,12 @@ def test_an_environment_unused_past_the_idle_time_is_removed(env_dir, wheels):
     make_wheel(wheels, "pa")
     make_wheel(wheels, "pb")
     settings = local(wheels, max_idle_days=30)
-    first = EnvironmentCache(env_dir, settings)
+    first = EnvironmentCache(env_dir, settings, start_sandboxed)
     old = first.site(Environment(("pa",)))
     first.close()
     forty_days_ago = time.time() - 40 * 86400
     os.utime(os.path.join(os.path.dirname(old), "crucible-env.json"), (forty_days_ago, forty_days_ago))
-    EnvironmentCache(env_dir, settings).site(Environment(("pb",)))
+    EnvironmentCache(env_dir, settings, start_sandboxed).site(Environment(("pb",)))
     assert not os.path.exists(old)
 
 
@@ -233,7 +232,7 @@ def test_an_environment_is_released_after_a_while_unasked(env_dir, wheels, monke
 
     make_wheel(wheels, "pa")
     make_wheel(wheels, "pb")
-    cache = EnvironmentCache(env_dir, local(wheels))
+    cache = EnvironmentCache(env_dir, local(wheels), start_sandboxed)
     cache.site(Environment(("pa",)))
     monkeypatch.setattr(environments, "IN_USE_S", 0.0)
     cache.site(Environment(("pb",)))
