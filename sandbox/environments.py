@@ -62,6 +62,7 @@ IN_USE_S = 600.0
 TOUCH_EVERY_S = 60.0
 """How often a process records that an environment was used (the manifest's mtime)."""
 MANIFEST = "crucible-env.json"
+_KEY = re.compile(r"[0-9a-f]{32}")
 # What pip needs of the host's /etc to reach an index over TLS.
 _NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki")
 
@@ -338,6 +339,8 @@ class EnvironmentCache:
         except FileNotFoundError:
             return []
         for name in names:
+            if not _KEY.fullmatch(name):  # a build in progress, or one being removed
+                continue
             manifest = os.path.join(self.root, name, MANIFEST)
             try:
                 with open(manifest) as f:
