@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import keyword
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import Specifier
+from packaging.utils import canonicalize_name, canonicalize_version
 
 KINDS = ("function", "stdio")
 SPLITS = ("train", "heldout")
@@ -89,12 +92,70 @@ class TestCase:
         return {"input": self.input, "output": self.output}
 
 
+# Package requirements of an environment: a distribution name and version clauses, nothing else.
+# pip reads more than PEP 508 names: a string that looks like a path or an archive file name
+# (`foo-1.0.tar.gz`, `x.whl`, `./src`) is installed from that file, and an sdist's setup.py runs to
+# build it. `foo-1.0.tar.gz` is also a valid PEP 508 *name*, so a name check alone lets it through.
+# A requirement is parsed by `packaging` and refused when it has a URL, extras or markers, a path
+# separator, or a name ending like an archive pip would open; what remains is normalized
+# (canonical name, sorted canonical clauses, clauses of one name merged) so the same environment
+# spelled differently is one build.
+MAX_REQUIREMENT_LENGTH = 200
+"""Longest requirement string accepted."""
+# Every suffix pip's `is_archive_file` treats as a local archive, and eggs.
+FILE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tlz", ".tar.lz",
+                 ".tar.lzma", ".tar", ".egg")
+EXAMPLES = "numpy, numpy==2.*, pandas>=2,<3"
+
+
+def _clause(spec: Specifier) -> str:
+    """One version clause in canonical form: `>=1.0` and `>=1` are the same clause (PEP 440 pads
+    with zeros). `~=` (whose length is its meaning) and `===` (a string match) stay as written."""
+    if spec.operator in ("~=", "===") or spec.version.endswith(".*"):
+        return f"{spec.operator}{spec.version}"
+    return f"{spec.operator}{canonicalize_version(spec.version)}"
+
+
+def parse_requirement(text: object) -> tuple[str, frozenset[str]]:
+    """`(canonical name, canonical clauses)` of one requirement; ValueError saying what is wrong."""
+    if not isinstance(text, str):
+        raise ValueError(f"must be a string such as {EXAMPLES}")
+    spec = text.strip()
+    if not spec or len(spec) > MAX_REQUIREMENT_LENGTH:
+        raise ValueError(f"must be 1 to {MAX_REQUIREMENT_LENGTH} characters")
+    if "/" in spec or "\\" in spec:
+        raise ValueError("is a path or URL; name a package from the index, e.g. " + EXAMPLES)
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement as e:
+        raise ValueError(f"is not a requirement like {EXAMPLES} ({str(e).splitlines()[0][:120]})") from None
+    if req.url:
+        raise ValueError("has a URL; name a package from the index, e.g. " + EXAMPLES)
+    if req.marker is not None:
+        raise ValueError("has an environment marker (`; ...`); give the name and versions only")
+    if req.extras:
+        raise ValueError("has extras (`[...]`); list the packages the extra would bring instead")
+    if req.name.lower().endswith(FILE_SUFFIXES) or req.name.startswith("."):
+        raise ValueError("looks like a file name (pip would install that file); name a package from the index, "
+                         "e.g. " + EXAMPLES)
+    return canonicalize_name(req.name), frozenset(_clause(s) for s in req.specifier)
+
+
+def normalize_requirements(texts) -> tuple[str, ...]:
+    """The requirements as pip receives them: canonical, clauses of one name merged, sorted by name.
+    ValueError `(index, message)` for the first bad one."""
+    by_name: dict[str, set[str]] = {}
+    for i, text in enumerate(texts):
+        try:
+            name, clauses = parse_requirement(text)
+        except ValueError as e:
+            raise ValueError(i, str(e)) from None
+        by_name.setdefault(name, set()).update(clauses)
+    return tuple(name + ",".join(sorted(by_name[name])) for name in sorted(by_name))
+
+
 MAX_PACKAGES = 64
 """Most requirements in one environment."""
-# name[extras] then optional comma-separated version clauses: no URLs, paths, options or markers.
-_REQUIREMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?"
-                          r"(?:\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"
-                          r"(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+)*)?$")
 
 
 @dataclass(frozen=True)
@@ -102,7 +163,8 @@ class Environment:
     """What a problem's candidates run with beyond the standard library (built by sandbox.environments)."""
 
     python_packages: tuple[str, ...] = ()
-    """pip requirement specifiers (`numpy==2.*`, `pandas>=2,<3`): names, extras and versions only."""
+    """Requirements as given (`numpy==2.*`, `pandas>=2,<3`): a name and version clauses only
+    (`parse_requirement` says what is refused); `requirements()` is their normalized form."""
 
     def __post_init__(self) -> None:
         if isinstance(self.python_packages, list):
@@ -113,11 +175,16 @@ class Environment:
         if len(self.python_packages) > MAX_PACKAGES:
             raise ProblemError("environment.python_packages", f"{len(self.python_packages)} packages; at most "
                                                               f"{MAX_PACKAGES}")
-        for i, spec in enumerate(self.python_packages):
-            if not isinstance(spec, str) or len(spec) > 200 or not _REQUIREMENT.match(spec.strip()):
-                raise ProblemError(f"environment.python_packages[{i}]",
-                                   f"{short(spec)} is not a requirement like numpy, numpy==2.*, pandas>=2,<3 "
-                                   "or pkg[extra] (no URLs, paths, options or markers)")
+        try:
+            normalize_requirements(self.python_packages)
+        except ValueError as e:
+            i, why = e.args
+            raise ProblemError(f"environment.python_packages[{i}]", f"{short(self.python_packages[i])} {why}") from None
+
+    def requirements(self) -> tuple[str, ...]:
+        """The packages in normalized form (canonical names, merged sorted clauses, sorted by name): what
+        pip installs and what an environment's build is keyed by, so `NumPy>=1.0` and `numpy>=1` are one."""
+        return normalize_requirements(self.python_packages)
 
     def to_dict(self) -> dict:
         return {"python_packages": list(self.python_packages)}
@@ -302,7 +369,10 @@ class Problem:
             elif name == "memory_limit_mb" and isinstance(value, float) and value.is_integer():
                 value = int(value)
             elif name == "environment":
-                value = Environment.from_dict(value)
+                try:
+                    value = Environment.from_dict(value)
+                except ProblemError as e:  # named by its problem: a set's file may hold many environments
+                    raise ProblemError(e.field, f"problem {short(d['id'])}: {e.message}") from None
             kwargs[name] = value
         return cls(**kwargs)
 

@@ -16,7 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.environments import EnvironmentSettings
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+_ENV_DEFAULTS = EnvironmentSettings()
 
 
 class ConfigurationError(RuntimeError):
@@ -143,6 +146,21 @@ VARIABLES: dict[str, Variable] = {
     "CRUCIBLE_ENV_DIR": Variable(
         "where this host builds problem environments (one directory per distinct package list)",
         shown="`/var/cache/crucible/envs` (root), else `~/.cache/crucible/envs`"),
+    "CRUCIBLE_ENV_INDEX_URL": Variable(
+        "the package index (http/https) problem environments install wheels from", shown="pip's default (PyPI)"),
+    "CRUCIBLE_ENV_FIND_LINKS": Variable(
+        "a local directory of wheels problem environments install from instead of any index (then no network)"),
+    "CRUCIBLE_ENV_MAX_MB": Variable(
+        "largest one problem environment may be (MiB); a build past it is removed and refused",
+        _ENV_DEFAULTS.max_mb),
+    "CRUCIBLE_ENV_CACHE_MAX_MB": Variable(
+        "total size of this host's problem environments (MiB); the least recently used not in use are removed",
+        _ENV_DEFAULTS.cache_max_mb),
+    "CRUCIBLE_ENV_MAX_IDLE_DAYS": Variable(
+        "a problem environment unused this many days is removed", shown=f"`{_ENV_DEFAULTS.max_idle_days:g}`"),
+    "CRUCIBLE_ENV_MAX_PER_USER": Variable(
+        "distinct problem environments one user's problem sets may name (checked at upload)",
+        _ENV_DEFAULTS.max_per_user),
     "CRUCIBLE_TEST_TRAINER_MODULE": Variable(
         "tests only (`webapp.settings.test`): the module a test's workers run as the trainer, e.g. a "
         "scripted stand-in", "training"),

@@ -129,7 +129,12 @@ class PooledExecutor(Executor):
         """What a worker of `env` needs, built on first use, as `_borrow(limits, site)` takes it: here the
         host directory of its packages (sandbox.environments); the docker backend answers an image tag."""
         from ..environments import default_cache
-        return default_cache().site(env)
+        return default_cache().site(env, self.start_sandboxed)
+
+    def start_sandboxed(self, argv: list[str], **how):
+        """Start a program that must not run on the host as us (an environment's pip) in this backend's
+        sandbox (sandbox.backends.process `start_sandboxed`); OSError where the backend has none."""
+        raise OSError(f"the {self.name} backend cannot sandbox an environment build")
 
     def _give_back(self, worker: Channel, healthy: bool) -> None:
         """Take `worker` back: kept for the next execution when healthy, else closed."""

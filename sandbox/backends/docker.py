@@ -476,6 +476,10 @@ class LocalRelayExecutor(DockerExecutor):
     def environment_site(self, env) -> str:
         return PooledExecutor.environment_site(self, env)  # the host's build: no images without an engine
 
+    def start_sandboxed(self, argv: list[str], **how):
+        from .process import start_sandboxed
+        return start_sandboxed(argv, **how)
+
     def _start(self, limits: Limits, site: str | None = None) -> RelayChannel:
         ch = local_relay_channel()
         ch.memory_mb, ch.scratch_mb = limits.memory_mb, limits.scratch_mb

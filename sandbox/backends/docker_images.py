@@ -33,9 +33,9 @@ BASE_LABEL = "crucible.env.base"
 
 
 def requirements(env: Environment) -> list[str]:
-    """The environment's requirement specifiers as pip receives them (validated by `Environment`:
-    names, extras and versions only, never an option, URL or path)."""
-    return sorted(s.strip() for s in env.python_packages)
+    """The environment's requirements as pip receives them (normalized by `Environment.requirements`:
+    names and versions only, never an option, URL, path or file name)."""
+    return list(env.requirements())
 
 
 def image_key(env: Environment, base_image_id: str, python: str) -> str:

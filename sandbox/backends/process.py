@@ -163,14 +163,35 @@ _LOADER = ("import sys; sys.path.insert(0, sys.argv[1].rpartition('/')[0]); impo
 
 def _bwrap_args(bwrap: str, limits: Limits, info_fd: int, seccomp_fd: int | None,
                 own_netns: bool = True, site: str | None = None) -> list[str]:
-    args = list(_bwrap_base(bwrap, limits.scratch_mb, own_netns, harness_dir(), _DEV_READY[0]))
-    if site is not None:  # an environment's packages, read-only (before the root turns read-only)
-        at = args.index("--remount-ro")
-        args[at:at] = ["--ro-bind", site, SANDBOX_PATH]
+    # an environment's packages, read-only
+    args = bwrap_argv(bwrap, limits.scratch_mb, own_netns, [("--ro-bind", site, SANDBOX_PATH)] if site else [])
     args += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     return args
+
+
+def bwrap_argv(bwrap: str, scratch_mb: int, own_netns: bool, binds=()) -> list[str]:
+    """The sandbox's bubblewrap command line without per-start descriptors, with `binds` (bubblewrap
+    options such as `("--ro-bind", src, dst)`) mounted before the root turns read-only."""
+    args = list(_bwrap_base(bwrap, scratch_mb, own_netns, harness_dir(), _DEV_READY[0]))
+    at = args.index("--remount-ro")
+    args[at:at] = [a for bind in binds for a in bind]
+    return args
+
+
+def start_sandboxed(argv: list[str], *, scratch_mb: int, network: bool, binds=()) -> subprocess.Popen:
+    """Start `argv` (a host program path first) in the candidates' bubblewrap sandbox, as the sandbox
+    user when we are root: cleared, allow-listed environment, a read-only root of /usr and the
+    libraries, no host directory but `binds`, a `scratch_mb` tmpfs at /tmp, and the host's network
+    only when `network`. For what must run code we do not trust on the host (environment builds).
+    stderr is a pipe, stdout is discarded. OSError when there is no bubblewrap."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise OSError("bubblewrap (bwrap) is not installed")
+    launch = _Launch(bwrap_argv(bwrap, scratch_mb, own_netns=not network, binds=binds) + argv, cwd="/", env={},
+                     isolation="bwrap", features=[], pass_fds=[])
+    return _spawn(launch, None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -614,6 +635,9 @@ class ProcessExecutor(PooledExecutor):
     """Runs candidates in ProcessWorkers. Thread-safe: each thread borrows its own worker."""
 
     name = "process"
+
+    def start_sandboxed(self, argv: list[str], **how) -> subprocess.Popen:
+        return start_sandboxed(argv, **how)
 
     def __init__(self, mode: str = "warm", *, use_bwrap: bool = True, use_seccomp: bool = True,
                  use_cgroups: bool = True, max_executions_per_worker: int = 500,

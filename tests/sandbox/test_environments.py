@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 
+from sandbox.backends.process import start_sandboxed
 from sandbox.checks import check_problems
 from sandbox.environments import EnvironmentCache, default_cache
 from sandbox.formats import load_problems_bytes
@@ -88,9 +89,9 @@ def test_an_environment_is_built_once_and_reused_across_caches(monkeypatch, env_
         return original(self, final, env)
 
     monkeypatch.setattr(EnvironmentCache, "_build", counting)
-    first = EnvironmentCache(env_dir).site(SIX)
-    again = EnvironmentCache(env_dir).site(Environment(("six",)))  # a fresh cache: another process
-    same_content = EnvironmentCache(env_dir).site(Environment(("six ",)))
+    first = EnvironmentCache(env_dir, start=start_sandboxed).site(SIX)
+    again = EnvironmentCache(env_dir, start=start_sandboxed).site(Environment(("six",)))  # a fresh cache: another process
+    same_content = EnvironmentCache(env_dir, start=start_sandboxed).site(Environment(("six ",)))
     assert first == again == same_content
     assert builds == [SIX]
     problem = Problem(id="six", kind="function", entry_point="f", tests=("assert f() == 'ok'",), environment=SIX)
@@ -99,7 +100,7 @@ def test_an_environment_is_built_once_and_reused_across_caches(monkeypatch, env_
             assert runner.run_batch([problem], [Candidate("six", code="import six\ndef f():\n    return 'ok'\n")]
                                     )[0].passed
     assert builds == [SIX]
-    manifest = EnvironmentCache(env_dir).manifest(SIX)
+    manifest = EnvironmentCache(env_dir, start=start_sandboxed).manifest(SIX)
     assert manifest["python_packages"] == ["six"] and any(n.startswith("six-") for n in manifest["installed"])
 
 

@@ -27,6 +27,7 @@ from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
 from webapp.runs.models import ACTIVE_STATUSES
+from .environments import environment_quota_errors
 from .models import Problem, ProblemSet, ProblemValidation
 
 log = logging.getLogger("crucible.problems")
@@ -191,6 +192,9 @@ def _create_from_result(owner, name: str, filename: str, result, errors: list[di
     errors = _import_errors(filename, result, errors)
     if result is None or not result.problems:
         return None, errors
+    refused = environment_quota_errors(owner, result.problems)
+    if refused:
+        return None, errors + refused
     with transaction.atomic():
         problem_set = ProblemSet.objects.create(owner=owner, name=name, format=result.format,
                                                 source_filename=filename[:255], import_errors=errors)
@@ -324,6 +328,10 @@ def import_problem_set(problem_set_id: int) -> ProblemSet | None:
     except OSError as exc:
         result, errors = None, [_error(0, "file", f"the stored upload could not be read ({exc.strerror})")]
     errors = _import_errors(ps.source_filename, result, errors)
+    if result is not None and result.problems:
+        refused = environment_quota_errors(ps.owner, result.problems, exclude_set_id=ps.pk)
+        if refused:
+            result, errors = None, errors + refused
     with transaction.atomic():
         locked = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
         if locked is None or not locked.importing:
