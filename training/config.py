@@ -48,6 +48,7 @@ TURN_CREDITS = ("final", "discounted")
 """reward.turns: how a multi-turn trajectory's turn rewards become the credit of its tokens."""
 MAX_TURNS = 8
 ENGINES = ("hf", "vllm")
+COMPILE_MODES = ("auto", "on", "off")
 """Generation engines (training/engines/): the trainer's own decoding loop, or a vLLM server."""
 VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 VLLM_SYNCS = ("auto", "adapter", "weights")
@@ -261,6 +262,10 @@ class SamplingConfig(_Section):
     """Optimizer steps the sampling policy may lag the trained one. 0: each step samples the policy its previous
     step just made. 1 (engine vllm): step k+1 is sampled by the server while step k updates, so generation and
     the update overlap (one step off-policy; ppo.tis_cap corrects for it, the mismatch metrics show it)."""
+    compile: str = _field("auto", choices=COMPILE_MODES)
+    """engine hf: decode with a static-shape step (a fixed cache, batch buckets) captured as a CUDA graph on a GPU.
+    auto: on where the step runs on CUDA, off on CPU (measured slower there: benchmarks/RESULTS.md); on/off force
+    it. The tokens, log-probs and stop cut are the eager loop's (same draws for a fixed seed)."""
 
     def _check(self) -> None:
         if self.stop is not None and any(s == "" for s in self.stop):
