@@ -128,7 +128,8 @@ class Start(Event):
     steps: int | None = field(default=None, metadata={"type": "int"})
     """``train.steps`` (written by every trainer since the run page's ETA; absent in older runs)."""
     runtime: dict | None = field(default=None, metadata={"type": "dict"})
-    """Library versions, device, dtype, architecture, kernels, warnings, ``engine`` (training/runtime.py)."""
+    """Library versions, device, dtype, architecture, kernels, warnings, ``engine`` (training/runtime.py), ``sampling``
+    (training/static_decoding.describe: compiled, graphs, batch_buckets; lora: merged | adapter)."""
     resumed_from: int | None = field(default=None, metadata={"type": "int"})
     """A resumed run: the step of the checkpoint it continues from."""
     dropped: dict | None = field(default=None, metadata={"type": "dict"})

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from training import static_decoding
 from training.config import SamplingConfig
 
 SYSTEM_PROMPT = ("You are an expert Python programmer. Reply with the complete solution in a single "
@@ -378,6 +379,11 @@ def _sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, n
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                 logits_to_keep=1, **{cache_kwarg: cache})
     max_new = sampling.max_new_tokens
+    if static_decoding.wanted(getattr(sampling, "compile", "off"), input_ids.device) and (
+            static_decoding.supported(model) is None):
+        logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)  # (B, V), B = N * n
+        return static_decoding.decode(model, cache, attention_mask, n, logits, sampling, eos_ids, pad_id,
+                                      stop.tokenizer if stop else None, stop.stops if stop else (), cache_kwarg)
     prefix = _SharedPrefix.build(model, cache, attention_mask, n)
     if prefix is not None:  # the prompts' keys/values stay one per prompt; the cache holds completions only
         prefix.detach_prompt(cache)

@@ -67,49 +67,116 @@ class Policy:
 
 @contextlib.contextmanager
 def generation_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Eval mode for sampling, with LoRA adapters merged into the base weights when that is exact enough.
+    """Eval mode for sampling, each LoRA layer folded into a merged copy of its weight where memory allows.
 
-    Unmerged, every adapted linear layer costs three matmuls per decoding step instead of one, and
-    decoding is a long chain of small matmuls: merging makes sampling ~2-3x faster on CPU. Merge and
-    unmerge round the base weights; in float32 that is ~1e-7 relative per step (negligible), in
-    bfloat16/float16 it would be ~1e-3 and accumulate over the run, so half-precision models sample
-    unmerged. Restores train mode afterwards.
+    Unfolded, every adapted linear layer costs three matmuls per decoding step instead of one, and
+    decoding is a long chain of small matmuls (and, on a GPU, kernel launches). Folding writes
+    ``W + scaling * B @ A`` into a buffer beside ``W`` (kept between rollouts, so a captured CUDA graph
+    keeps its addresses) and points the layer's forward at it; the trainer's weights are never
+    written, so after the rollout they are bit-identical to before in every dtype (in-place
+    merge/unmerge would round bf16 weights by ~1e-3 per rollout). The copy costs the adapted weights'
+    size once: it is made only when that fits twice over in free memory (``lora_sampling``), else
+    the layers sample unfolded. Restores train mode afterwards.
     """
     peft_model = _unwrap(model)
-    merge = (hasattr(peft_model, "merge_adapter") and all(
-        p.dtype == torch.float32 for p in peft_model.parameters()))
     was_training = model.training
     model.eval()
-    if merge:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "already merged" style notices
-            peft_model.merge_adapter()
-    bypassed = _bypass_merged_lora(peft_model) if merge else []
+    folded = _fold_lora(peft_model)
+    peft_model.__dict__["_crucible_lora_sampling"] = "merged" if folded else "adapter"
     try:
         yield peft_model
     finally:
-        for module in bypassed:
+        for module in folded:
             del module.forward
-        if merge:
-            peft_model.unmerge_adapter()
         model.train(was_training)
 
 
-def _bypass_merged_lora(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """Point every merged LoRA ``Linear`` of ``model`` straight at its base layer (what PEFT's forward
-    does for a merged layer, minus its per-call argument checks: decoding calls each layer once per
-    token). -> the layers patched; ``del layer.forward`` restores PEFT's forward."""
+def lora_sampling(model: torch.nn.Module) -> str | None:
+    """How the last rollout sampled the adapters: ``merged`` (folded copies), ``adapter``, None (no LoRA / no
+    rollout yet). ``start.runtime.sampling.lora`` before the first rollout: what memory allows now."""
+    peft_model = _unwrap(model)
+    seen = peft_model.__dict__.get("_crucible_lora_sampling")
+    if seen is not None:
+        return seen
+    layers = _foldable_layers(peft_model)
+    if not layers:
+        return None
+    return "merged" if _fits(layers) else "adapter"
+
+
+def _foldable_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """PEFT LoRA ``Linear`` layers with a plain ``nn.Linear`` base and one active vanilla adapter."""
     try:
         from peft.tuners.lora.layer import Linear as LoraLinear
     except ImportError:
         return []
-    patched = []
+    layers = []
     for module in model.modules():
-        if (type(module) is LoraLinear and "forward" not in module.__dict__ and module.merged
-                and not module.disable_adapters):
-            object.__setattr__(module, "forward", module.base_layer)  # an instance attribute, not a submodule
-            patched.append(module)
-    return patched
+        if type(module) is not LoraLinear or "forward" in module.__dict__ or module.merged or module.disable_adapters:
+            continue
+        active = [a for a in module.active_adapters if a in module.lora_A]
+        if (len(active) != 1 or type(module.base_layer) is not torch.nn.Linear
+                or getattr(module, "fan_in_fan_out", False) or active[0] in getattr(module, "lora_variant", {})
+                or getattr(module, "lora_bias", {}).get(active[0], False)):
+            return []  # fold all or none: a half-folded model is two kinds of sampler
+        layers.append(module)
+    return layers
+
+
+def _fits(layers: list[torch.nn.Module]) -> bool:
+    """Whether copies of ``layers``' weights (those not copied yet) fit twice over in free memory."""
+    need = sum(m.base_layer.weight.numel() * m.base_layer.weight.element_size()
+               for m in layers if "_crucible_folded" not in m.__dict__)
+    if need == 0:
+        return True
+    device = layers[0].base_layer.weight.device
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+    else:
+        free = _available_host_memory()
+    return free >= 2 * need
+
+
+def _available_host_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _fold_lora(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Point every foldable LoRA layer of ``model`` at ``W + scaling * B @ A`` in a buffer of its own
+    (``generation_mode``). -> the layers patched (``del layer.forward`` restores PEFT's forward); [] when the
+    copies do not fit in memory or a layer cannot be folded."""
+    layers = _foldable_layers(model)
+    if not layers or not _fits(layers):
+        return []
+    with torch.no_grad():
+        for module in layers:
+            weight = module.base_layer.weight
+            folded = module.__dict__.get("_crucible_folded")
+            if folded is None or folded.shape != weight.shape or folded.dtype != weight.dtype:
+                folded = torch.empty_like(weight)
+                module.__dict__["_crucible_folded"] = folded  # a plain attribute: not a parameter, not saved
+            adapter = next(a for a in module.active_adapters if a in module.lora_A)
+            folded.copy_(weight)
+            folded.add_(module.get_delta_weight(adapter).to(weight.dtype))  # (out, in)
+            object.__setattr__(module, "forward", _FoldedLinear(folded, module.base_layer.bias))
+    return layers
+
+
+class _FoldedLinear:
+    """A folded layer's forward: one matmul with the merged copy."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
 @contextlib.contextmanager

@@ -58,12 +58,13 @@ from training import metrics as metric_registry
 from training.events import (EventWriter, Problem, checkpoint_event, done_event, eval_event, problem_event,
                              start_event, step_event)
 from training.losses import logprob_mismatch, ppo_loss, tis_weights
-from training.policy import (fused_lora, load_policy, sequence_logprobs, shared_prompt_logprobs,
+from training.policy import (fused_lora, load_policy, lora_sampling, sequence_logprobs, shared_prompt_logprobs,
                              shared_prompts_supported)
 from training.rewards import DIMENSIONS
 from training.rollout import Rollout, pick_problems, start_rollout
 from training.turns import turn_metrics
 from training.runtime import describe as describe_runtime
+from training.static_decoding import describe as describe_sampling
 
 
 class StopSignal:
@@ -207,6 +208,8 @@ class Trainer:
             self._done("cancelled", "cancelled while the generation engine was starting")
             return "cancelled"
         runtime["engine"] = self.engine.describe()
+        runtime["sampling"] = {**describe_sampling(self.accelerator.unwrap_model(self.model), cfg.sampling,
+                                                   self.accelerator.device), "lora": lora_sampling(self.model)}
         self.events.write(start_event(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps,
                                       runtime=runtime, resumed_from=self.resumed_from, dropped=self.dropped))
         if self.runner is None:

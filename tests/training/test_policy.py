@@ -210,7 +210,7 @@ def test_fused_lora_linear_gives_the_autograd_gradients_of_the_merged_weight():
 
 def test_generation_mode_samples_what_the_unmerged_adapters_sample_and_restores_them(policy):
     from training.generation import _forward_model
-    from training.policy import generation_mode
+    from training.policy import generation_mode, lora_sampling
 
     sampling = SamplingConfig(max_new_tokens=10, stop=())
     plain = generate(policy.model, policy.tokenizer, PROMPTS, sampling, num_return_sequences=3, generator_seed=7)
@@ -218,16 +218,53 @@ def test_generation_mode_samples_what_the_unmerged_adapters_sample_and_restores_
     with torch.no_grad():
         want = policy.model(input_ids=ids).logits
     with generation_mode(policy.model) as model:
-        bypassed = [m for m in model.modules() if "forward" in m.__dict__]
-        assert bypassed and all(m.merged for m in bypassed)  # merged layers call their base layer directly
+        folded = [m for m in model.modules() if "forward" in m.__dict__]
+        assert folded and not any(m.merged for m in folded)  # folded copies: the adapters stay unmerged
         assert _forward_model(model) is model.get_base_model()
         with torch.no_grad():
             got = model(input_ids=ids).logits
         merged = generate(model, policy.tokenizer, PROMPTS, sampling, num_return_sequences=3, generator_seed=7)
     assert torch.allclose(got, want, atol=1e-5)
     assert merged.completion_ids == plain.completion_ids
+    assert lora_sampling(policy.model) == "merged"
     assert not any("forward" in m.__dict__ for m in policy.model.modules())
     assert policy.model.training and not any(getattr(m, "merged", False) for m in policy.model.modules())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_rollout_leaves_the_trainers_weights_bit_identical(tiny_model_dir, dtype):
+    from training.policy import generation_mode
+
+    torch.manual_seed(0)
+    pol = load_policy(ModelConfig(name_or_path=str(tiny_model_dir), dtype=dtype,
+                                  lora=LoraConfig(r=4, alpha=8, dropout=0.0)))
+    for name, p in pol.model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)
+    before = {k: v.detach().clone() for k, v in pol.model.state_dict().items()}
+    sampling = SamplingConfig(max_new_tokens=6, stop=())
+    for _ in range(3):  # in-place merge/unmerge would drift a bf16 base weight a little every rollout
+        with generation_mode(pol.model) as model:
+            assert any("forward" in m.__dict__ for m in model.modules())
+            generate(model, pol.tokenizer, PROMPTS, sampling, num_return_sequences=2, generator_seed=1)
+    after = pol.model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_adapters_sample_unfolded_when_a_folded_copy_does_not_fit(policy, monkeypatch):
+    import training.policy as policy_module
+    from training.policy import generation_mode, lora_sampling
+
+    monkeypatch.setattr(policy_module, "_fits", lambda layers: False)
+    with generation_mode(policy.model) as model:
+        assert not any("forward" in m.__dict__ for m in model.modules())
+        assert lora_sampling(policy.model) == "adapter"
+    with generation_mode(policy.model):
+        pass
+    monkeypatch.undo()
+    with generation_mode(policy.model):
+        assert lora_sampling(policy.model) == "merged"
 
 
 def test_fused_lora_leaves_half_precision_layers_alone(tiny_model_dir):

@@ -45,6 +45,8 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert runtime["flush_denormal"] is True  # cpu_float_mode, set when the policy loaded (x86 here)
     if "linear_attention" in runtime["layer_types"]:  # no fla / causal-conv1d on this machine
         assert runtime["kernels"]["gated_delta_rule"] == "torch" and runtime["kernels"]["causal_conv1d"] == "torch"
+    assert runtime["sampling"] == {"compiled": False, "graphs": False, "batch_buckets": [],
+                                   "eager_because": "sampling.compile is off here", "lora": "merged"}
     assert eval0["step"] == 0 and eval0["split"] == "heldout" and 0.0 <= eval0["pass@1"] <= 1.0
     assert set(eval0["pass@k"]) == {"2"}  # pass@1 has its own field
     for ev in (eval0, events[-4]):  # before and after training: each held-out sample as a train candidate is
