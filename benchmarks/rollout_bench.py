@@ -1,12 +1,15 @@
 """Generation engines side by side: our decoding loop (``hf``) vs vLLM (``vllm``), same prompts, same sampling.
 
     python -m benchmarks.rollout_bench [--arch qwen3_5 qwen3] [--repeats 3] [--steps 3] [--no-step] [--no-write]
+                                       [--hf-only]
 
 Generation: 16 prompts (the first 16 train problems of data/demo) x 8 candidates x 128 new tokens,
 temperature 1, no top-k/top-p, no stop strings (both stop only at EOS or 128 tokens), on each tiny
 architecture: the hybrid Qwen3.5 with Qwen3.5-9B's 128-wide linear-attention heads (vLLM's CPU
 gated-delta-rule kernel takes no other width) and the dense Qwen3. ``hf``: ``HFEngine`` over the float32
-model, torch on every core; ``vllm``: ``VLLMEngine`` on a server started from the engine environment
+model, torch on every core (the eager loop); ``hf-static``: the same with ``sampling.compile: on`` (the
+static-shape step; on CPU without a CUDA graph: the row that decides what ``auto`` does on CPU; ``--hf-only``
+runs just these two and writes the ``rollout-bench-static`` section); ``vllm``: ``VLLMEngine`` on a server started from the engine environment
 (bfloat16: its CPU kernels need it), its start not timed; ``vllm-lora``: the same server sampling a LoRA policy
 (r 8 on every projection, B drawn at random so the adapter does something) through vLLM's LoRA path
 (``vllm.sync: adapter``); ``vllm-weights``: the same policy with its adapter folded into weights the server
@@ -69,7 +72,8 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
 
     cfg = config_from_dict({"model": {"name_or_path": model_dir},
                             "sampling": {"candidates_per_problem": CANDIDATES, "max_new_tokens": MAX_NEW_TOKENS,
-                                         "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop": []}})
+                                         "temperature": 1.0, "top_p": 1.0, "top_k": 0, "stop": [],
+                                         "compile": "on" if engine_name == "hf-static" else "off"}})
     lora = engine_name in ("vllm-lora", "vllm-weights")
     torch.manual_seed(0)
     policy = load_policy(cfg.model if lora else ModelConfig(name_or_path=model_dir, lora=None), kl_coef=0.0)
@@ -78,7 +82,8 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
             if "lora_B" in name:
                 w.data.normal_(0.0, 0.02)
     run_dir = tempfile.mkdtemp(prefix="rollout-bench-")
-    engine = (make_engine(cfg, policy.model, policy.tokenizer, run_dir=run_dir) if engine_name == "hf" else
+    ours = engine_name in ("hf", "hf-static")
+    engine = (make_engine(cfg, policy.model, policy.tokenizer, run_dir=run_dir) if ours else
               _vllm(cfg, policy, run_dir, "weights" if engine_name == "vllm-weights" else "adapter"))
     prompts = _prompts()
     info = engine.describe()
@@ -94,9 +99,9 @@ def measure_generation(model_dir: str, engine_name: str, repeats: int) -> dict:
     wall = statistics.median(c["wall_s"] for c in calls)
     tokens = statistics.median(c["tokens"] for c in calls)
     return {"engine": engine_name, "tokens_per_s": tokens / wall, "wall_s": wall, "tokens": tokens,
-            "threads": torch.get_num_threads() if engine_name == "hf" else os.environ.get(
+            "threads": torch.get_num_threads() if ours else os.environ.get(
                 "VLLM_CPU_OMP_THREADS_BIND", "vLLM's auto binding (engine on core 0; on 2 cores one left for its front end)"),
-            "version": info.get("version"), "dtype": "float32" if engine_name == "hf" else info.get("dtype")}
+            "version": info.get("version"), "dtype": "float32" if ours else info.get("dtype")}
 
 
 def _vllm(cfg, policy, run_dir, sync: str):
@@ -112,9 +117,11 @@ def _vllm(cfg, policy, run_dir, sync: str):
                        model_config=ModelConfig(name_or_path=cfg.model.name_or_path, lora=None))
 
 
-GEN_ROWS = ("hf", "vllm", "vllm-lora", "vllm-weights")
-"""The generation rows: our loop and vLLM on the base weights (the same work), and vLLM sampling a LoRA policy
-as a training step does, through its LoRA path or as reloaded merged weights."""
+GEN_ROWS = ("hf", "hf-static", "vllm", "vllm-lora", "vllm-weights")
+"""The generation rows: our loop (eager, and the static-shape step of ``sampling.compile: on``) and vLLM on the
+base weights (the same work), and vLLM sampling a LoRA policy as a training step does, through its LoRA path or
+as reloaded merged weights."""
+HF_ROWS = ("hf", "hf-static")
 
 STEP_ROWS = ("hf", "vllm-adapter", "vllm", "vllm-ahead")
 """The step rows: each engine sampling the policy just updated (vLLM by adapter and by weights), and vLLM
@@ -147,7 +154,9 @@ def _child(kind: str, model: Path, engine: str, count: int) -> dict:
 
 
 def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float, float]) -> str:
-    lines = ["## Generation engines: our loop (hf) vs vLLM", "",
+    title = ("## Our decoding loop on CPU: eager vs the static step" if args.hf_only else
+             "## Generation engines: our loop (hf) vs vLLM")
+    lines = [title, "",
              f"`python -m benchmarks.rollout_bench` on {os.cpu_count()} cores (load average "
              f"{load[0]:.1f} before, {load[1]:.1f} after; shared machine). Work per call: {PROMPTS} prompts x "
              f"{CANDIDATES} candidates x up to {MAX_NEW_TOKENS} new tokens, temperature 1, no top-k/top-p, no stop "
@@ -162,13 +171,20 @@ def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float
             r = rows.get(name)
             if r is None:
                 continue
-            engine = {"hf": "hf (our loop)", "vllm": f"vLLM {r.get('version')} (server), base weights",
+            engine = {"hf": "hf (our loop, eager)", "hf-static": "hf, `sampling.compile: on` (static step, no graph)",
+                      "vllm": f"vLLM {r.get('version')} (server), base weights",
                       "vllm-lora": f"vLLM {r.get('version')} (server), LoRA policy, `sync: adapter` (LoRA path)",
                       "vllm-weights": f"vLLM {r.get('version')} (server), LoRA policy, `sync: weights` (merged)",
                       }[name]
             lines.append(f"| {arch_names[arch]} | {engine} | {r['dtype']} | {r['threads']} | "
                          f"{r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / hf:.2f}x |")
-    if "qwen3_5" in gen:
+    for arch, rows in gen.items():
+        if "hf-static" in rows:
+            ratio = rows["hf-static"]["tokens_per_s"] / rows["hf"]["tokens_per_s"]
+            lines += ["", f"{arch_names[arch]}: the static step (`sampling.compile: on`) samples at **{ratio:.2f}x** "
+                          "the eager loop on CPU, so `auto` keeps the eager loop on CPU" + (
+                              "." if ratio < 1 else " (it is faster here: `auto` should be revisited).")]
+    if "qwen3_5" in gen and "vllm" in gen["qwen3_5"]:
         ratio = gen["qwen3_5"]["vllm"]["tokens_per_s"] / gen["qwen3_5"]["hf"]["tokens_per_s"]
         lines += ["", f"Target on the tiny Qwen3.5: vLLM >= {GEN_TARGET:.0f}x our loop's tokens/s. Measured "
                       f"**{ratio:.2f}x**: {'met' if ratio >= GEN_TARGET else 'not met'}."]
@@ -221,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="timed RL steps per engine (after one untimed)")
     ap.add_argument("--no-step", action="store_true", help="only the generation table")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--hf-only", action="store_true",
+                    help="only our loop, eager vs static step (no vLLM); writes its own RESULTS.md section")
     ap.add_argument("--child", choices=("generation", "step"), help=argparse.SUPPRESS)
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--engine", choices=GEN_ROWS + STEP_ROWS, help=argparse.SUPPRESS)
@@ -233,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from training.engines.vllm_server import unavailable_reason
 
-    if unavailable_reason():
+    if unavailable_reason() and not args.hf_only:
         raise SystemExit(unavailable_reason())
     load0 = os.getloadavg()[0]
     gen: dict = {}
@@ -241,15 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rollout-bench-models-") as tmp:
         for arch in args.arch:
             model = build_model(Path(tmp) / arch, arch)
-            gen[arch] = {e: _child("generation", model, e, args.repeats) for e in GEN_ROWS}
-            if not args.no_step:
+            gen[arch] = {e: _child("generation", model, e, args.repeats)
+                         for e in (HF_ROWS if args.hf_only else GEN_ROWS)}
+            if not args.no_step and not args.hf_only:
                 steps[arch] = {e: _child("step", model, e, args.steps) for e in STEP_ROWS}
     text = markdown(gen, steps, args, (load0, os.getloadavg()[0]))
     print(text)
     if not args.no_write:
         from benchmarks.results import update_section
 
-        update_section("rollout-bench", text)
+        update_section("rollout-bench-static" if args.hf_only else "rollout-bench", text)
     return 0
 
 

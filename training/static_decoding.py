@@ -220,12 +220,24 @@ class StaticDecoder:
         """Record ``step`` as a CUDA graph (after warm-up runs on a side stream, as graph capture needs).
 
         The warm-up steps change the buffers; ``load`` is called again before the real decoding."""
+        # Every run of the step advances the write positions: each one starts from the same place, so that a
+        # call with few new tokens never writes past its buffers.
+        counters = [self.step_index, self.write_at] + [
+            layer.cumulative_length for layer in self.cache.layers if hasattr(layer, "cumulative_length")]
+        start = [c.clone() for c in counters]
+
+        def rewind() -> None:
+            for c, s in zip(counters, start):
+                c.copy_(s)
+
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
+                rewind()
                 self.step()
         torch.cuda.current_stream().wait_stream(stream)
+        rewind()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self.step()

@@ -148,3 +148,52 @@ def test_a_training_run_samples_with_the_static_step_and_says_so(tmp_path, tiny_
                                                 "lora": "merged"}
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 2 and all(s["metrics"]["rollout/mismatch_kl"] < 1e-3 for s in steps)
+
+
+def test_a_captured_step_replays_from_a_fresh_load(model_and_tokenizer, monkeypatch):
+    """The CUDA path's order on CPU: warm-up and capture runs advance the buffers, the real call's load puts them
+    back, and every token is a replay. Here a 'graph' replays the step eagerly, so the tokens must be exactly
+    those of a decoder that never captured (the real capture is exercised by benchmarks/gpu_check.py)."""
+    import contextlib
+
+    model, tok = model_and_tokenizer
+    sampling = SamplingConfig(max_new_tokens=2, compile="on", stop=())  # fewer tokens than warm-up + capture runs
+    prompts = PROMPTS[:2]
+
+    def decode_once(captured: bool):
+        from transformers import DynamicCache
+
+        from training.generation import _cache_kwarg, encode_prompts
+
+        enc = encode_prompts(tok, prompts, sampling)
+        p = max(map(len, enc))
+        ids = torch.tensor([[tok.pad_token_id] * (p - len(e)) + e for e in enc])
+        mask = torch.tensor([[0] * (p - len(e)) + [1] * len(e) for e in enc])
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                        use_cache=True, logits_to_keep=1, **{_cache_kwarg(model): cache})
+            logits = out.logits[:, -1, :].repeat_interleave(3, dim=0)
+            decoder = static_decoding.StaticDecoder(
+                model, 6, p + 2, 2, logits.shape[1], cache_kwarg=_cache_kwarg(model), temperature=1.0, top_k=0, top_p=1.0,
+                eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id, draw_rows=6, graphs=captured)
+            decoder.load(cache, mask, 3, logits)
+            if captured:
+                class Graph:
+                    def replay(self):
+                        decoder.step()
+
+                fake = type("cuda", (), {"Stream": lambda: type("S", (), {"wait_stream": lambda s, o: None})(),
+                                         "stream": lambda s: contextlib.nullcontext(),
+                                         "current_stream": lambda: type("S", (), {"wait_stream": lambda s, o: None})(),
+                                         "CUDAGraph": Graph, "graph": lambda g: contextlib.nullcontext()})
+                with monkeypatch.context() as m:
+                    m.setattr(static_decoding.torch, "cuda", fake)
+                    decoder.capture()
+                assert isinstance(decoder.graph, Graph)
+                decoder.load(cache, mask, 3, logits)
+            torch.manual_seed(9)
+            steps = decoder.run(2, None)
+        return decoder.tokens[:, :steps].tolist(), decoder.logprobs[:, :steps].tolist()
+
+    assert decode_once(captured=True) == decode_once(captured=False)
