@@ -206,6 +206,11 @@ class SandboxService(ThreadingHTTPServer):
         self.admission.stop()
         super().server_close()
 
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the client went, or was cut: no traceback to show
+            return
+        super().handle_error(request, client_address)
+
     def add_busy(self, n: int) -> None:
         with self.busy_lock:
             self.busy += n
@@ -227,12 +232,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         # A cut connection's read ends early: what arrived is a fragment, never a request to answer.
-        if not super().parse_request():
-            return False
-        if self.ticket.cut:
+        if self.ticket.cut or not super().parse_request() or self.ticket.cut:
             self.close_connection = True
             return False
         return True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        if self.ticket.cut:  # nobody to tell (the stdlib answers a malformed fragment with a 400)
+            self.close_connection = True
+            return
+        super().send_error(code, message, explain)
 
     def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"{self.address_string()} {format % args}\n")

@@ -190,3 +190,22 @@ def test_the_body_deadline_shrinks_as_the_other_requests_hold_the_slots():
         for p in pairs:
             for s in p:
                 s.close()
+
+
+def test_a_cut_fragment_is_dropped_without_a_traceback(capfd):
+    with service(max_unauthenticated_per_peer=1) as svc:
+        held = []
+        for fragment in (b"POST /v1/run-b", b"GARBAGE", HALF_HEADER, b"GET /heal"):  # each cuts the one before
+            s = socket.create_connection(svc.server_address[:2], timeout=10)
+            s.sendall(fragment)
+            held.append(s)
+            time.sleep(0.2)
+        try:
+            assert [is_closed(s, 1) for s in held] == [True, True, True, False]
+            status, _ = request(svc, "GET", "/healthz")
+            assert status == 200
+        finally:
+            for s in held:
+                s.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "400" not in err, err
