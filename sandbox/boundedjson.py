@@ -69,7 +69,7 @@ def loads(data: str | bytes, *, max_depth: int, max_size: int | None = None) -> 
         try:
             text = bytes(data).decode(json.detect_encoding(data))
         except UnicodeDecodeError as e:
-            raise JSONRefused("encoding", f"is not UTF-8 text (byte {e.start})") from None
+            raise JSONRefused("encoding", f"is not UTF-8 (or UTF-16, -32) text: byte {e.start}") from None
     else:
         text = data
     # Fewer opening brackets than the limit cannot nest past it: no scan needed.
