@@ -121,7 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-candidates", type=int, default=4096, metavar="N",
                        help="most candidates per request (4096)")
     serve.add_argument("--max-connections", type=int, default=64, metavar="N",
-                       help="connections served at once (64)")
+                       help="authenticated requests served at once (64; 503 beyond)")
+    serve.add_argument("--max-unauthenticated", type=int, default=64, metavar="N",
+                       help="connections without the token yet held at once (64; a new one cuts the oldest)")
+    serve.add_argument("--max-unauthenticated-per-peer", type=int, default=8, metavar="N",
+                       help="of those, from one address (8; a new one cuts that address's oldest)")
+    serve.add_argument("--max-json-depth", type=int, default=32, metavar="N",
+                       help="deepest nesting of arrays and objects in a body (32; 400 beyond)")
 
     bench = sub.add_parser("bench", help="measure throughput (benchmarks/sandbox_bench.py)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
@@ -225,7 +231,9 @@ def cmd_serve(a) -> int:
         raise UsageError("--workers must be at least 1")
     config = config_from_env(host=a.host, port=a.port, workers=a.workers or 0, backend=a.backend, mode=a.mode,
                              max_body_bytes=a.max_body_mb << 20, max_candidates=a.max_candidates,
-                             max_connections=a.max_connections)
+                             max_connections=a.max_connections, max_unauthenticated=a.max_unauthenticated,
+                             max_unauthenticated_per_peer=a.max_unauthenticated_per_peer,
+                             max_json_depth=a.max_json_depth)
 
     def ready(service) -> None:  # first stdout line: where it listens (port 0 picks one)
         _print({"serving": service.url, "workers": service.runner.workers})

@@ -13,10 +13,13 @@
 
 Every other request needs `Authorization: Bearer <CRUCIBLE_SANDBOX_TOKEN>` (compared in constant time)
 and is refused (401) without it. Bounds: the body (`Content-Length` required, at most
-`max_body_bytes`: 413), the candidates of one request (`max_candidates`: 413), the connections served
-at once (`max_connections`: 503), and the time to send a request (`request_timeout_s`: the connection
-is dropped). The server is the standard library's threaded HTTP server behind those bounds: one
-thread per connection, every batch feeding one shared `Runner` of `workers` slots.
+`max_body_bytes`: 413; nested at most `max_json_depth` levels: 400), the candidates of one request
+(`max_candidates`: 413), the authenticated requests served at once (`max_connections`: 503), the
+connections without the token yet (`max_unauthenticated`, `max_unauthenticated_per_peer`: the oldest
+is cut), and the time to send a request (`request_timeout_s`, `body_deadline_s`, both shrinking under
+pressure: the connection is dropped); see `admission.py`. The server is the standard library's
+threaded HTTP server behind those bounds: one thread per connection, every batch feeding one shared
+`Runner` of `workers` slots.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .admission import Admission, Ticket
+from .boundedjson import JSONRefused, loads
 from .remote import HEALTH_PATH, RUN_BATCH_PATH, TOKEN_ENV
 from .runner import Candidate, Runner, summarize
-
-
 
 @dataclass(frozen=True)
 class ServiceConfig:
@@ -61,11 +64,18 @@ class ServiceConfig:
     max_candidates: int = 4096
     """Most candidates in one request (413 beyond); a client splits bigger batches."""
     max_connections: int = 64
-    """Connections served at once (503 beyond): bounds the server's threads."""
+    """Authenticated requests served at once (503 beyond); connections without the token never hold these."""
+    max_unauthenticated: int = 64
+    """Connections not yet authenticated held at once; a new one past this cuts the oldest."""
+    max_unauthenticated_per_peer: int = 8
+    """Of those, from one peer address; a new one past this cuts that peer's oldest."""
+    max_json_depth: int = 32
+    """Deepest nesting of arrays and objects in a body (400 beyond; a batch needs about 5)."""
     request_timeout_s: float = 30.0
-    """Longest time for the request line and headers, and for each body read and each write."""
+    """Longest time from connecting to presenting the token (down to a tenth under pressure), and for each
+    read and write."""
     body_deadline_s: float = 120.0
-    """Longest time to receive a whole body (a client dripping bytes is cut off)."""
+    """Longest time to receive a whole body (down to a tenth while the other requests hold the slots)."""
     heartbeat_s: float = 2.0
     """A blank line is sent after this long without a result, so clients can tell a slow batch from a dead one."""
 
@@ -76,7 +86,8 @@ class ServiceConfig:
                              f"and give clients the same value")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port {self.port}: must be in [0, 65535]")
-        for name in ("max_body_bytes", "max_candidates", "max_connections"):
+        for name in ("max_body_bytes", "max_candidates", "max_connections", "max_unauthenticated",
+                     "max_unauthenticated_per_peer", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be at least 1")
         for name in ("request_timeout_s", "body_deadline_s", "heartbeat_s"):
@@ -106,13 +117,17 @@ class Batch:
     """Memory limit override for every candidate (null: each problem's own)."""
 
 
-def parse_batch(body: bytes, max_candidates: int) -> Batch:
-    """A run-batch body -> Batch; RequestRefused (400/413) naming the bad field otherwise."""
+def parse_batch(body: bytes, max_candidates: int, max_depth: int = ServiceConfig.max_json_depth) -> Batch:
+    """A run-batch body -> Batch; RequestRefused (400/413) naming the bad field or the bound otherwise."""
     from .problems import Problem, ProblemError
     try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {e}") from None
+        obj = loads(body, max_depth=max_depth)
+    except JSONRefused as e:
+        if e.reason == "depth":
+            raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the body nests arrays and objects more than "
+                                                         f"{max_depth} levels deep (this replica's limit, "
+                                                         "--max-json-depth)") from None
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the body {e}") from None
     if not isinstance(obj, dict):
         raise RequestRefused(HTTPStatus.BAD_REQUEST, "the body must be an object {problems, candidates}")
     unknown = sorted(set(obj) - {"problems", "candidates", "timeout_s", "memory_mb"})
@@ -164,10 +179,13 @@ class SandboxService(ThreadingHTTPServer):
         self.busy = 0
         """Candidates accepted and not yet finished (queued or running)."""
         self.busy_lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(config.max_connections)
+        self.admission = Admission(max_work=config.max_connections, max_unauthenticated=config.max_unauthenticated,
+                                   max_per_peer=config.max_unauthenticated_per_peer,
+                                   timeout_s=config.request_timeout_s, body_timeout_s=config.body_deadline_s)
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         self.address_family = family
         super().__init__((config.host, config.port), Handler)
+        self.admission.start()
 
     @property
     def url(self) -> str:
@@ -175,29 +193,23 @@ class SandboxService(ThreadingHTTPServer):
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def process_request(self, request, client_address) -> None:
-        if not self.slots.acquire(blocking=False):
-            threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
-            return
+        self.admission.admit(request, str(client_address[0]))  # on the accepting thread: cuts are immediate
         super().process_request(request, client_address)
-
-    def _refuse(self, request) -> None:
-        """503 to a connection over the limit (on its own short-lived thread, never the accepting one)."""
-        try:
-            request.settimeout(2.0)
-            body = b'{"error": "too many connections; retry later"}\n'
-            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                            b"Connection: close\r\nRetry-After: 1\r\nContent-Length: "
-                            + str(len(body)).encode() + b"\r\n\r\n" + body)
-            linger(request)
-        except OSError:
-            pass
-        self.shutdown_request(request)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self.admission.release(self.admission.ticket(request))
+
+    def server_close(self) -> None:
+        self.admission.stop()
+        super().server_close()
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # the client went, or was cut: no traceback to show
+            return
+        super().handle_error(request, client_address)
 
     def add_busy(self, n: int) -> None:
         with self.busy_lock:
@@ -212,27 +224,24 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "crucible-sandbox"
 
     def setup(self) -> None:
-        self.timeout = self.server.config.request_timeout_s  # every read and write on the socket
+        # Every read and write on the socket; the whole request line and headers (not one byte per
+        # timeout) must arrive before the admission's deadline, or the reaper cuts the connection.
+        self.timeout = self.server.config.request_timeout_s
         super().setup()
-        # The request line and headers must all arrive within the timeout, not one byte per timeout:
-        # otherwise a few slow clients hold every connection slot.
-        self._header_deadline = threading.Timer(self.server.config.request_timeout_s, self._cut)
-        self._header_deadline.daemon = True
-        self._header_deadline.start()
-
-    def _cut(self) -> None:
-        try:
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self.ticket: Ticket = self.server.admission.ticket(self.request)
 
     def parse_request(self) -> bool:
-        self._header_deadline.cancel()
-        return super().parse_request()
+        # A cut connection's read ends early: what arrived is a fragment, never a request to answer.
+        if self.ticket.cut or not super().parse_request() or self.ticket.cut:
+            self.close_connection = True
+            return False
+        return True
 
-    def finish(self) -> None:
-        self._header_deadline.cancel()
-        super().finish()
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        if self.ticket.cut:  # nobody to tell (the stdlib answers a malformed fragment with a 400)
+            self.close_connection = True
+            return
+        super().send_error(code, message, explain)
 
     def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write(f"{self.address_string()} {format % args}\n")
@@ -251,7 +260,12 @@ class Handler(BaseHTTPRequestHandler):
                 raise RequestRefused(HTTPStatus.NOT_FOUND, f"no such path {self.path[:200]!r}; "
                                                            f"POST {RUN_BATCH_PATH}")
             self._authorize()
-            batch = parse_batch(self._read_body(), self.server.config.max_candidates)
+            if not self.server.admission.authenticate(self.ticket):
+                raise RequestRefused(HTTPStatus.SERVICE_UNAVAILABLE,
+                                     f"{self.server.config.max_connections} requests are running (this replica's "
+                                     "--max-connections); retry later")
+            batch = parse_batch(self._read_body(), self.server.config.max_candidates,
+                                self.server.config.max_json_depth)
         except RequestRefused as e:
             self._json(e.status, {"error": str(e)})
             return
@@ -283,7 +297,7 @@ class Handler(BaseHTTPRequestHandler):
         if n > limit:
             raise RequestRefused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                  f"body of {n} bytes; this replica takes at most {limit} (split the batch)")
-        deadline = time.monotonic() + self.server.config.body_deadline_s
+        deadline = time.monotonic() + self.server.admission.body_deadline_s()
         parts, got = [], 0
         while got < n:
             if time.monotonic() > deadline:
@@ -306,6 +320,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             if status is HTTPStatus.UNAUTHORIZED:
                 self.send_header("WWW-Authenticate", 'Bearer realm="crucible-sandbox"')
+            if status is HTTPStatus.SERVICE_UNAVAILABLE:
+                self.send_header("Retry-After", "1")
             self.end_headers()
             self.wfile.write(body)
             self.wfile.flush()

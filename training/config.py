@@ -81,6 +81,59 @@ class ConfigError(ValueError):
         return ConfigError(f"{prefix}.{self.field}" if self.field else prefix, self.message)
 
 
+class LostNumber(str):
+    """A number literal no float holds as written: ``1e-400`` or a 401-digit fraction (read as 0.0), ``1e400``
+    (read as inf). The readers of config text (``yaml_load``, ``json_number``) keep such a literal as this
+    string, so that validation refuses it naming the field instead of taking a 0 nobody wrote."""
+
+
+def json_number(text: str) -> float | LostNumber:
+    """``float(text)`` for a number literal, or ``LostNumber(text)`` when the float would not be the number
+    written (``json.loads(..., parse_float=json_number)``)."""
+    value = float(text)
+    if value == 0.0 and any(c in "123456789" for c in text.lower().partition("e")[0]):
+        return LostNumber(text)
+    if math.isinf(value) and not any(word in text.lower() for word in ("inf", "infinity")):
+        return LostNumber(text)
+    return value
+
+
+def yaml_load(text: str) -> Any:
+    """``yaml.safe_load(text)``, keeping a float literal no float holds (``1.0e-400``) as a ``LostNumber``."""
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())
+
+
+@functools.cache
+def _yaml_loader() -> type:
+    import yaml
+
+    def construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float | LostNumber:
+        value = loader.construct_yaml_float(node)
+        if value == 0.0 or math.isinf(value):
+            try:
+                return json_number(node.value.replace("_", ""))
+            except ValueError:  # .inf, a sexagesimal 1:30.0: YAML's own spellings, read as YAML does
+                pass
+        return value
+
+    class ConfigLoader(yaml.SafeLoader):
+        pass
+
+    ConfigLoader.add_constructor("tag:yaml.org,2002:float", construct_float)
+    return ConfigLoader
+
+
+def lost_number_message(text: str) -> str:
+    value = float(text)
+    shown = text if len(text) <= 40 else f"{text[:20]}...{text[-12:]} ({len(text)} characters)"
+    if value == 0.0:
+        return (f"{shown} is too small for a float and would be read as 0 (the smallest positive one is about "
+                f"5e-324); write 0 if you mean 0")
+    return f"{shown} is too large for a float (the largest is about 1.8e308)"
+
+
 def _field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge=None, gt=None,
            le=None, lt=None, choices=None, recommended=None, below=None, max_length=None, max_items=None) -> Any:
     """A dataclass field whose bounds/choices drive both validation and the JSON schema.
@@ -703,19 +756,27 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(path, f"must be a mapping of {', '.join(f.name for f in dataclasses.fields(tp))}; "
                                     f"got {value!r}")
         return _from_dict(tp, value, path)
+    if isinstance(value, LostNumber):  # a number no float holds: whatever the field, not what was written
+        raise ConfigError(path, lost_number_message(value) if tp is float else
+                          f"must be {_describe(tp)}; got the number {value}")
     if typing.get_origin(tp) is tuple:
         if isinstance(value, str):  # a single string where a list is expected: almost always a slip
             raise ConfigError(path, f"must be a list of strings; got the string {value!r} (write [{value!r}])")
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and not isinstance(v, LostNumber)
+                                                            for v in value):
             raise ConfigError(path, f"must be a list of strings; got {value!r}")
         return tuple(_check_text(v, path) for v in value)
     if tp is float:
         # PyYAML reads `2e-6` (no dot) as a string; accept numeric strings rather than fail on a YAML quirk.
         if isinstance(value, str):
             try:
-                return float(value)
+                number = json_number(value.strip())
             except ValueError:
                 pass
+            else:
+                if isinstance(number, LostNumber):
+                    raise ConfigError(path, lost_number_message(number))
+                return number
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"must be a number; got {value!r}")
         try:
@@ -845,7 +906,7 @@ def apply_overrides(data: dict | None, overrides: list[str] | tuple[str, ...]) -
         if not key or any(not p for p in parts):
             raise ConfigError("--set", f"bad key {key!r} in {item!r}; use dotted names such as ppo.clip_range")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = yaml_load(raw) if raw.strip() else ""
         except yaml.YAMLError as e:
             raise ConfigError(key, f"cannot parse value {raw!r} of --set: {e}") from None
         node = out
@@ -871,7 +932,7 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     except OSError as e:
         raise ConfigError("config", f"cannot read {path}: {e.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

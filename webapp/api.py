@@ -1,13 +1,26 @@
 """The JSON API (`/api/`, OpenAPI schema at `/api/openapi.json`). Apps contribute routers."""
+import json
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from ninja import NinjaAPI
 from ninja.errors import ValidationError
+from ninja.parser import Parser
+
+from training.config import json_number
 
 from webapp.accounts.auth import API_AUTH
 from webapp.problems.api import router as problem_sets_router
 from webapp.runs.api import presets_router, router as runs_router
+
+class BodyParser(Parser):
+    """JSON bodies with ``training.config.json_number``: a number literal no float holds as written
+    (``1e-400`` read as 0) stays a string that a run config refuses naming its field, not a 0 nobody wrote."""
+
+    def parse_body(self, request: HttpRequest):
+        return json.loads(request.body, parse_float=json_number)
+
 
 api = NinjaAPI(
     title="Crucible API",
@@ -19,6 +32,7 @@ api = NinjaAPI(
     openapi_url="/openapi.json",
     docs_url="/docs",
     urls_namespace="api",
+    parser=BodyParser(),
 )
 
 

@@ -67,11 +67,38 @@ def json_string(obj: dict, key: str, fmt: str) -> Any:
     if not value.strip():
         raise ProblemError(key, "is empty")
     try:
-        return json.loads(value)
+        decoded = json.loads(value)
     except json.JSONDecodeError as e:
         raise ProblemError(key, f"is not valid JSON inside the string: {e.msg} at {e.pos}") from None
     except (RecursionError, ValueError, MemoryError):
         raise ProblemError(key, "is not valid JSON inside the string (nested too deeply or too big)") from None
+    # The line was valid text, but an escape inside the string ("\\ud800") decodes to a lone surrogate:
+    # no text, and storing it would quietly turn it into U+FFFD. Refused here, on its line.
+    where = lone_surrogate_path(decoded)
+    if where is not None:
+        raise ProblemError(key + where, "holds a lone surrogate escape such as \\ud800 inside the JSON string, "
+                                        "which is not a character; escape both halves of a surrogate pair")
+    return decoded
+
+
+def lone_surrogate_path(value: Any) -> str | None:
+    """Where in a decoded JSON value a string (or a key) holds a lone surrogate: ``""`` for the value
+    itself, ``[2]``, ``.name[0]``; None when every string is text."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:  # depth-first, in order: the first bad string is the one reported
+        item, path = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return path
+        elif isinstance(item, dict):
+            for k, v in reversed(item.items()):
+                stack.append((v, f"{path}.{k}"))
+                stack.append((k, path))  # a bad key is reported as its object's place
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def py_literal(value: Any, where: str) -> str:

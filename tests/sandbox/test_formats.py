@@ -518,6 +518,29 @@ def test_bad_apps_lines_name_their_field():
                                  (5, "solutions[0]"), (6, "input_output.fn_name")]
 
 
+@pytest.mark.parametrize("io_, field", [
+    ({"inputs": ["1\n", "2 \ud800\n"], "outputs": ["1\n", "2\n"]}, "input_output.inputs[1]"),
+    ({"fn_name": "f", "inputs": [[{"k\udc00": 1}]], "outputs": [[1]]}, "input_output.inputs[0][0]"),
+    ({"inputs": ["1\n"], "outputs": ["\ud83d"]}, "input_output.outputs[0]"),
+])
+def test_a_lone_surrogate_inside_an_apps_json_string_is_refused_on_its_line(io_, field):
+    good = {"problem_id": 1, "question": "q", "solutions": json.dumps(["print(input())"]),
+            "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})}
+    bad = {**good, "problem_id": 2, "input_output": json.dumps(io_)}  # "\\ud800" inside the string
+    assert "\\ud" in json.dumps(bad)  # valid UTF-8 text on the line: only the inner JSON holds the surrogate
+    result = load_problems_bytes((json.dumps(good) + "\n" + json.dumps(bad) + "\n").encode(), "a.jsonl")
+    assert [p.id for p in result.problems] == ["apps/1"]
+    assert errors_of(result) == [(2, field)]
+    assert "lone surrogate" in result.errors[0].message
+
+
+def test_a_lone_surrogate_inside_apps_solutions_is_refused_on_its_line():
+    row = {"problem_id": 3, "question": "q", "solutions": json.dumps(["print(1)  # \udfff"]),
+           "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})}
+    result = load_problems_bytes(json.dumps(row).encode(), "a.jsonl")
+    assert not result.problems and errors_of(result) == [(1, "solutions[0]")]
+
+
 # --- CodeContests ----------------------------------------------------------------------------------
 
 def test_codecontests_merges_test_groups_without_repeats_and_picks_a_python3_solution():

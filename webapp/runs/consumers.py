@@ -23,13 +23,13 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import close_old_connections
 from django.db.models import Max, Q, TextField
 from django.db.models.functions import Cast
 
 from training.events import EventError, parse_event
 
+from webapp.core.consumers import JsonFrameConsumer
 from webapp.core.groups import run_group
 
 from . import queries
@@ -175,7 +175,7 @@ _replay_page = sync_to_async(_read_page, thread_sensitive=False)
 _page_read_models = sync_to_async(page_read_models, thread_sensitive=False)
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):
+class RunConsumer(JsonFrameConsumer):
     async def connect(self):
         user = self.scope.get("user")
         self.last_seq = -1
@@ -251,7 +251,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive_json(self, content, **kwargs):
-        if isinstance(content, dict) and content.get("type") == "ping":
+        if content.get("type") == "ping":
             await self.send_json({"type": "pong"})
 
     async def run_event(self, message):

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from training.config import ConfigError, json_schema
+from training.config import ConfigError, LostNumber, json_number, json_schema, lost_number_message
 
 from webapp.core.text import name_problem
 from webapp.problems.models import ProblemSet
@@ -143,10 +143,25 @@ def _leaf_field(schema: dict, label: str) -> forms.Field:
         return forms.IntegerField(required=not nullable, widget=forms.NumberInput(attrs=attrs), validators=validators,
                                   **common)
     if base == "number":
-        return forms.FloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
+        return ExactFloatField(required=not nullable, widget=forms.NumberInput(attrs={**attrs, "step": "any"}),
                                 validators=validators, **common)
     return forms.CharField(required=not nullable, max_length=schema.get("maxLength"),
                            empty_value=None if nullable else "", **common)
+
+
+class ExactFloatField(forms.FloatField):
+    """A float field that refuses a number no float holds as written (``1e-400`` would be 0, ``1e400``
+    inf), as the run config does (``training.config.json_number``)."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and value.strip():
+            try:
+                number = json_number(value.strip())
+            except ValueError:
+                number = None  # not a plain number: Django's own message
+            if isinstance(number, LostNumber):
+                raise forms.ValidationError(lost_number_message(number), code="invalid")
+        return super().to_python(value)
 
 
 def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[str, forms.Field, Any]]:

@@ -213,6 +213,46 @@ def test_every_float_field_of_the_form_refuses_a_huge_integer(problem_set):
     assert not Run.objects.exists()
 
 
+LOST_NUMBERS = ["1e-400", "0." + "0" * 400 + "1", "1.5e400"]  # read as 0, 0 and inf by a float
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("literal", LOST_NUMBERS)
+def test_a_number_no_float_holds_in_any_float_field_is_a_400_naming_it(api, problem_set, literal):
+    failures = []
+    for field in FLOAT_FIELDS:
+        body = json.dumps({"name": "lost", "problem_set": problem_set.pk, "config": nested(field, "@@")})
+        r = api.post("/api/runs", body.replace('"@@"', literal), content_type="application/json")
+        if r.status_code != 400 or r.json().get("field") != field or "for a float" not in r.json()["detail"]:
+            failures.append((field, r.status_code, r.content[:200]))
+    assert not failures, failures
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_zero_written_as_zero_is_still_a_valid_kl_coef_and_temperature(api, problem_set):
+    config = {**TINY_OVERRIDES, "ppo": {"kl_coef": "@k"}, "sampling": {**TINY_OVERRIDES["sampling"],
+                                                                       "temperature": "@t"}}
+    body = json.dumps({"name": "zeros", "problem_set": problem_set.pk, "config": config})
+    r = api.post("/api/runs", body.replace('"@k"', "0.0").replace('"@t"', "0e5"), content_type="application/json")
+    assert r.status_code == 201, r.content
+    run = Run.objects.get()
+    assert run.config["ppo"]["kl_coef"] == 0 and run.config["sampling"]["temperature"] == 0
+
+
+@pytest.mark.django_db
+def test_every_float_field_of_the_form_refuses_a_number_no_float_holds(problem_set):
+    client = Client(raise_request_exception=False)
+    client.force_login(problem_set.owner)
+    failures = []
+    for field in FLOAT_FIELDS:
+        r = client.post("/runs/new", form_data(problem_set, **{field: "1e-400"}))
+        if r.status_code != 200 or b"too small for a float" not in r.content:
+            failures.append((field, r.status_code))
+    assert not failures, failures
+    assert not Run.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", ["/ws/nope/", "/ws/runs/abc/", "/ws/runs/1/extra/", "/ws/", "/nope"])
 async def test_an_unrouted_websocket_path_is_refused_without_an_error(path, caplog):
