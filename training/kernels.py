@@ -32,6 +32,7 @@ import importlib
 import inspect
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, files, version
 from pathlib import Path
@@ -260,3 +261,31 @@ def _base_model(model: Any) -> Any:
     from training.runtime import _base_model as base
 
     return base(model)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m training.kernels [--require-cuda]``: what the preflight sees on this machine, as one JSON
+    object (`make gpu-env` ends with it). Exit 1 with ``--require-cuda`` when torch is a CPU build."""
+    import argparse
+    import json
+
+    import torch
+
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("--require-cuda", action="store_true", help="fail when torch is not a CUDA build")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    facts = gather_facts(device)
+    modules = [m for m in (_import(name) for name in LINEAR_ATTENTION_MODULES) if m is not None]
+    print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "facts": asdict(facts),
+                      "fla_picked_by": [m.__name__ for m in modules if _fast_chunk(m) is not None],
+                      "known_bad": [f.text() for f in known_bad(facts)]}, indent=1))
+    if args.require_cuda and torch.version.cuda is None:
+        print(f"torch {torch.__version__} is a CPU build: install the CUDA wheel (`pip install torch==2.13.0` from "
+              f"the package index, not a CPU wheel house) before `make gpu-env`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -126,3 +126,12 @@ def test_a_refused_combination_ends_the_run_before_the_model_loads(tmp_path, tra
     assert [e["event"] for e in events] == ["done"]  # no start: nothing was loaded, nothing sampled
     assert events[0]["status"] == "failed" and kernels.FLA_HOPPER_ERROR in events[0]["error"]
     assert "upgrade Triton to >= 3.7.1" in events[0]["error"]
+
+
+def test_the_pinned_gpu_set_is_past_the_known_bad_triton():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "requirements-gpu.txt").read_text()
+    pins = dict(line.split("==") for line in text.splitlines() if line and not line.startswith("#"))
+    facts = kernels.KernelFacts(**{**HOPPER.__dict__, "fla": pins["fla-core"], "triton": pins["triton"]})
+    assert pins["flash-linear-attention"] == pins["fla-core"] and kernels.known_bad(facts) == []
