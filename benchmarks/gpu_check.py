@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="RL steps (the first one is the warm-up)")
     ap.add_argument("--no-checkpointing", action="store_true", help="gradient checkpointing off")
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
-                    help="sampling.compile: the hf engine's compiled decode step (start.runtime.sampling says what ran)")
+                    help="sampling.compile: the hf engine's compiled decode step (start.runtime.sampling: what ran)")
     ap.add_argument("--kernels", choices=("installed", "torch"), default="installed",
                     help="installed: whatever fast kernels transformers finds (fla, causal-conv1d); torch: their "
                          "torch fallbacks (takes effect in a fresh process)")

@@ -70,7 +70,8 @@ def test_it_knows_fla_with_triton_below_3_7_1_on_hopper(facts):
 
 @pytest.mark.parametrize("change", [
     {"triton": "3.7.1"}, {"triton": "3.8.0"}, {"triton": "3.3.1"}, {"fla": None}, {"tilelang": True},
-    {"capability": (8, 0), "device_name": "NVIDIA A100-SXM4-80GB"}, {"capability": (10, 0), "device_name": "NVIDIA B200"},
+    {"capability": (8, 0), "device_name": "NVIDIA A100-SXM4-80GB"},
+    {"capability": (10, 0), "device_name": "NVIDIA B200"},
     {"device_type": "cpu", "capability": None, "device_name": None},
 ])
 def test_every_other_combination_passes(change):

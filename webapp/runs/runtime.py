@@ -21,8 +21,8 @@ RL (the reason for truncated importance sampling, ppo.tis_cap)."""
 
 KERNEL_LABELS = {"attention": "attention", "gated_delta_rule": "gated delta rule",
                  "gated_delta_rule_decode": "gated delta rule (decode)", "causal_conv1d": "causal conv1d"}
-FAST_KERNEL_PACKAGES = {"gated_delta_rule": "flash-linear-attention", "gated_delta_rule_decode": "flash-linear-attention",
-                        "causal_conv1d": "causal-conv1d"}
+FAST_KERNEL_PACKAGES = {"gated_delta_rule": "flash-linear-attention",
+                        "gated_delta_rule_decode": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
 
 
 def latest_start(run: Run) -> dict | None:
@@ -61,8 +61,9 @@ def runtime_rows(start: dict | None) -> dict | None:
                 rows.append(("rerouted", f"{entry.get('kernel')}: {entry.get('route')} ({entry.get('combination')})"))
     forms = runtime.get("linear_attention")
     if isinstance(forms, dict) and forms.get("sampler"):
-        rows.append(("linear attention", f"sampler {forms['sampler']} ({(forms.get('kernels') or {}).get('sampler')}),"
-                                         f" trainer {forms.get('trainer')} ({(forms.get('kernels') or {}).get('trainer')})"
+        used = forms.get("kernels") or {}
+        rows.append(("linear attention", f"sampler {forms['sampler']} ({used.get('sampler')}), trainer "
+                                         f"{forms.get('trainer')} ({used.get('trainer')})"
                                          + ("" if forms.get("same_form") else ": different forms, see mismatch")))
     engine = runtime.get("engine")
     if isinstance(engine, dict) and engine.get("name"):
