@@ -39,8 +39,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from training.policy import ModelLoadError
-
 CHUNK_FUNCTION = "torch_chunk_gated_delta_rule"
 """The module-level name through which transformers' linear-attention layers call the chunked rule."""
 
@@ -60,9 +58,9 @@ FLA_HOPPER_FIX = ("upgrade Triton to >= 3.7.1 (requirements-gpu.txt pins torch 2
                   "uninstall flash-linear-attention/fla-core (transformers' torch fallback then runs)")
 
 
-class KernelRefused(ModelLoadError):
+class KernelRefused(ValueError):
     """A known-bad kernel combination that the preflight cannot route around: the model is not loaded and the
-    run does not start (a ``ModelLoadError``, so the CLI says it in one ``error:`` line, exit 2)."""
+    run does not start (the CLI says it in one ``error:`` line, exit 2, as for a model that cannot load)."""
 
 
 @dataclass(frozen=True)
@@ -170,9 +168,10 @@ def preflight(device: Any, *, facts: KernelFacts | None = None) -> dict[str, lis
 
 
 def apply(model: Any) -> dict[str, list[dict]]:
-    """Once the model has loaded: make sure its own modeling module follows the preflight (a model whose
-    module is not among ``LINEAR_ATTENTION_MODULES`` is rerouted now, or refused before step 1)."""
-    module = importlib.import_module(type(_base_model(model)).__module__)
+    """Once the model has loaded (``model`` as ``from_pretrained`` returns it, before any wrapping): make sure its
+    own modeling module follows the preflight (one not among ``LINEAR_ATTENTION_MODULES`` is rerouted now, or
+    the run refused before step 1)."""
+    module = importlib.import_module(type(model).__module__)
     for finding in _FINDINGS:
         if _fast_chunk(module) is not None and not reroute(module):
             _refuse(finding, f"{module.__name__} cannot be told to use its torch form")
@@ -256,11 +255,6 @@ def _import(name: str) -> ModuleType | None:
     except ImportError:
         return None
 
-
-def _base_model(model: Any) -> Any:
-    from training.runtime import _base_model as base
-
-    return base(model)
 
 
 def main(argv: list[str] | None = None) -> int:
