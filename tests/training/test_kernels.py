@@ -129,6 +129,20 @@ def test_a_refused_combination_ends_the_run_before_the_model_loads(tmp_path, tra
     assert "upgrade Triton to >= 3.7.1" in events[0]["error"]
 
 
+def test_the_cli_says_a_refusal_in_one_error_line(tmp_path, train_problems_file, qwen3_5_model_dir, fla_on_hopper,
+                                                  monkeypatch, capsys):
+    from training.cli import main
+    from training.config import save_config
+
+    monkeypatch.setattr(kernels, "LINEAR_ATTENTION_MODULES", ("crucible_missing_modeling_module",))
+    config = tmp_path / "run.yaml"
+    save_config(tiny_run_config(qwen3_5_model_dir, train_problems_file, train={"steps": 1}), config)
+    assert main(["run", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: refused: flash-linear-attention 0.6.0 with triton 3.6.0 on NVIDIA H200")
+    assert "Fix: upgrade Triton to >= 3.7.1" in err[-1]
+
+
 def test_the_pinned_gpu_set_is_past_the_known_bad_triton():
     from pathlib import Path
 
