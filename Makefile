@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast install system-deps vllm-env bench clean
+.PHONY: run test test-fast install system-deps vllm-env gpu-env bench clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ system-deps:
 # The vLLM engine's own environment (sampling.engine: vllm); `make test` builds it so its tests run.
 vllm-env:
 	@bash scripts/vllm_env/setup.sh
+
+# The GPU worker's kernels (requirements-gpu.txt: torch 2.13.0 with its triton 3.7.1, flash-linear-attention) into
+# .venv, then what the kernel preflight says of this machine. CONV1D=1 also builds causal-conv1d (needs nvcc).
+gpu-env: install
+	$(PY) -m pip install -q -r requirements-gpu.txt
+	@if [ "$(CONV1D)" = "1" ]; then $(PY) -m pip install -q --no-build-isolation causal-conv1d==1.7.0; fi
+	$(PY) -m training.kernels --require-cuda
 
 # `make run VERBOSE=1`: every service's log lines in the terminal too (they are always in DATA_DIR/logs/).
 run: install system-deps

@@ -26,6 +26,9 @@ adapters disabled, PPO update, AdamW, events, adapter checkpoint) is the product
 
 Prints one table (peak memory, generation tokens/s, update tokens/s, step seconds) and writes the
 same numbers into the ``gpu-check`` section of RESULTS.md (``--no-write`` to skip).
+
+``--rows`` runs the measured rows instead (benchmarks/gpu_check_rows.py: eager vs compiled decoding, fla vs
+the torch fallback, three step shapes, each row this script in a process of its own with its own time limit).
 """
 
 from __future__ import annotations
@@ -182,7 +185,21 @@ def redirected_from_pretrained(device: str, dtype):
             auto.from_pretrained = original
 
 
+FAST_KERNEL_MODULES = ("fla", "causal_conv1d")
+"""What transformers imports for Qwen3.5's fast linear-attention kernels (flash-linear-attention, causal-conv1d)."""
+
+
+def block_fast_kernels() -> None:
+    """``--kernels torch``: make the fast kernels' packages unimportable, so transformers' Qwen3.5 module binds its
+    torch fallbacks when it is imported. Takes effect only before that import, i.e. in a fresh process (the
+    ``--rows`` children); the runtime block then reports what each layer ran."""
+    for name in FAST_KERNEL_MODULES:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import fla` now raises ImportError
+
+
 def run(args: argparse.Namespace) -> dict:
+    if getattr(args, "kernels", "installed") == "torch":
+        block_fast_kernels()
     import torch
 
     from sandbox import Runner
@@ -225,7 +242,7 @@ def run(args: argparse.Namespace) -> dict:
             "sampling": {"problems_per_step": args.prompts, "candidates_per_problem": args.candidates,
                          "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
                          "prompt_style": "completion", "stop": [], "engine": engine,
-                         "staleness": staleness},
+                         "staleness": staleness, "compile": getattr(args, "compile", "auto")},
             "vllm": {"gpu_memory_utilization": 0.35, "sync": args.sync},
             "ppo": {"learning_rate": 1e-5, "kl_coef": 0.04, "micro_batch_size": args.micro_batch},
             "train": {"steps": args.steps, "seed": 0, "eval_every": 0, "checkpoint_every": 0},
@@ -267,7 +284,7 @@ def run(args: argparse.Namespace) -> dict:
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     runtime = next(e for e in events if e["event"] == "start")["runtime"]
     return {"facts": facts, "shape": shape, "tiny": args.tiny, "runner": runner_kind, "peak_gib": peak,
-            "runtime": runtime,
+            "runtime": runtime, "sampling": runtime.get("sampling"),
             "reserved_gib": reserved, "first_step_s": steps[0]["time/step_s"], "median": med,
             "timed_steps": len(rows), "total_s": total_s, "args": vars(args), "prompt_tokens": prompt_tokens}
 
@@ -338,8 +355,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=3, help="RL steps (the first one is the warm-up)")
     ap.add_argument("--no-checkpointing", action="store_true", help="gradient checkpointing off")
+    ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                    help="sampling.compile: the hf engine's compiled decode step (start.runtime.sampling: what ran)")
+    ap.add_argument("--kernels", choices=("installed", "torch"), default="installed",
+                    help="installed: whatever fast kernels transformers finds (fla, causal-conv1d); torch: their "
+                         "torch fallbacks (takes effect in a fresh process)")
+    ap.add_argument("--rows", action="store_true",
+                    help="the measured rows (benchmarks/gpu_check_rows.py): eager vs compiled, fla vs torch, at "
+                         "8x4x128, 16x8x256 and 32x8x512, each in its own process with its own time limit")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     ap.add_argument("--json-out", type=Path, default=None, help="also write the raw numbers as JSON here")
+    argv = sys.argv[1:] if argv is None else argv
+    if "--rows" in argv:  # its own options (lists of compile modes and kernel sets)
+        from benchmarks import gpu_check_rows
+
+        return gpu_check_rows.main(argv)
     args = ap.parse_args(argv)
     if args.tiny:
         import torch

@@ -222,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if args.resume and not args.out.exists():
         raise UsageError(f"--resume: run directory not found: {args.out}")
+    from training.kernels import KernelRefused
     from training.policy import ModelLoadError
     from training.trainer import PhaseThreads, train
 
@@ -237,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         status = train(cfg, args.out, resume=args.resume, stop_file=args.stop_file,
                        progress=not args.no_progress, phase_threads=phase_threads)
-    except ModelLoadError as e:  # bad input: `done` (failed, with this message) is already written
+    except (ModelLoadError, KernelRefused) as e:  # bad input or kernels: `done` (failed, this message) is written
         raise UsageError(str(e)) from None
     print(json.dumps({"status": status, "out": str(args.out)}))
     return 0 if status in ("succeeded", "cancelled") else 1
@@ -314,6 +315,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     import torch
 
     from sandbox.remote import make_runner
+    from training.kernels import KernelRefused
     from training.policy import ModelLoadError, load_policy
     from training.probe import probe
 
@@ -322,7 +324,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     try:
         # As training loads it (adapters merged, left-padding tokenizer), with no reference copy.
         policy = load_policy(model_config, device="cuda" if torch.cuda.is_available() else None, kl_coef=0.0)
-    except ModelLoadError as e:
+    except (ModelLoadError, KernelRefused) as e:
         raise UsageError(str(e)) from None
     started = time.monotonic()
 

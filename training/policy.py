@@ -317,8 +317,11 @@ def load_policy(model_config: Any, *, device: torch.device | str | None = None, 
     """
     from transformers import AutoModelForCausalLM
 
+    from training import kernels
     from training.runtime import cpu_float_mode
 
+    # Known-bad kernel combinations are routed around or refused (KernelRefused) before anything loads.
+    kernels.preflight(device if device is not None else "cpu")
     cpu_float_mode()  # before torch's first thread pool: its workers inherit the mode
     name = model_config.name_or_path
     tokenizer = load_tokenizer(name)
@@ -326,6 +329,7 @@ def load_policy(model_config: Any, *, device: torch.device | str | None = None, 
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype(model_config.dtype))
     except (OSError, ValueError) as e:
         raise ModelLoadError(_load_message(name, "model", e)) from None
+    kernels.apply(model)  # the model's own modeling module, where it is not one the preflight knew
     for adapter in model_config.adapters:
         model = merge_adapter(model, adapter)
     if device is not None:

@@ -8,6 +8,10 @@ only says so in a log line; this module reads the choice back and puts it next t
 device, dtype and layer mix, so the run page shows it and a GPU run on a fallback is a visible
 warning rather than a silent slowdown.
 
+Known-bad kernel combinations are found before the model loads (training/kernels.py): the block's
+``kernels`` carries what became of them (``refused``, ``rerouted``), and ``linear_attention`` says which form
+of the gated delta rule the sampler and the trainer each compute with.
+
 On a CPU it also sets how float32 arithmetic treats denormals (``cpu_float_mode``), which decides
 how fast those fallback kernels run there.
 """
@@ -25,6 +29,7 @@ _FLUSH_DENORMAL: bool | None = None  # what ``cpu_float_mode`` set, None before 
 
 _KERNELS = (
     ("gated_delta_rule", "torch_chunk_gated_delta_rule", "flash-linear-attention", "fla"),
+    ("gated_delta_rule_decode", "torch_recurrent_gated_delta_rule", "flash-linear-attention", "fla"),
     ("causal_conv1d", "causal_conv1d_fn", "causal-conv1d", "cuda"),
 )
 
@@ -43,12 +48,23 @@ def describe(model: Any, *, dtype: str, device: Any) -> dict:
     types = list(getattr(config, "layer_types", None) or [])
     if not types and config is not None:
         types = ["full_attention"] * int(getattr(config, "num_hidden_layers", 0) or 0)
-    kernels = {"attention": str(getattr(config, "_attn_implementation", None) or "eager")}
+    kernels: dict[str, Any] = {"attention": str(getattr(config, "_attn_implementation", None) or "eager")}
+    forms = None
     if "linear_attention" in types:
         module = sys.modules.get(type(base).__module__)
         for key, function, _, fast in _KERNELS:
-            kernels[key] = fast if _uses_fast_kernel(getattr(module, function, None)) else "torch"
-    return {
+            if hasattr(module, function):
+                kernels[key] = fast if _uses_fast_kernel(getattr(module, function, None)) else "torch"
+        forms = linear_attention_forms(kernels)
+    from training.kernels import report
+
+    preflight = report()  # known-bad combinations routed around (or refused) before the model loaded
+    kernels.update(preflight)
+    on_gpu = getattr(device, "type", str(device)) == "cuda"
+    warnings = kernel_warnings(kernels, on_gpu=on_gpu)
+    warnings += [f"{e['kernel']} rerouted: {e['combination']}: {e['error']}. It runs as: {e['route']}. "
+                 f"Fix: {e['fix']}" for e in preflight["rerouted"]]
+    out = {
         **versions(),
         "device": device_name,
         "dtype": str(param.dtype).removeprefix("torch.") if param is not None else dtype,
@@ -56,8 +72,30 @@ def describe(model: Any, *, dtype: str, device: Any) -> dict:
         "layer_types": dict(Counter(types)),
         "kernels": kernels,
         "flush_denormal": _FLUSH_DENORMAL,
-        "warnings": kernel_warnings(kernels, on_gpu=getattr(device, "type", str(device)) == "cuda"),
+        "warnings": warnings,
     }
+    if forms is not None:
+        out["linear_attention"] = forms
+    return out
+
+
+def linear_attention_forms(kernels: dict) -> dict:
+    """``{sampler, trainer, same_form, kernels: {sampler, trainer}, note}``: which form of the gated delta rule
+    each side computes a token's log-prob with (item 5 of issue 33).
+
+    The ``hf`` engine prefills the prompt with the chunked form and then decodes one token a step with the
+    recurrent form; the trainer (old, reference and policy log-probs) runs the whole sequence through the
+    chunked form. Both compute the same function exactly, in another order: in float32 they agree to
+    ~1e-13 (mismatch KL on CPU), in bfloat16 they do not (measured on an H200 with the torch forms:
+    ``rollout/mismatch_kl`` 1.0-1.2e-3, single tokens 0.20-0.23 nats apart). A vLLM engine samples with
+    its own kernels (``engine`` says which server)."""
+    decode = kernels.get("gated_delta_rule_decode", kernels.get("gated_delta_rule"))
+    chunk = kernels.get("gated_delta_rule")
+    return {"sampler": "recurrent", "trainer": "chunked", "same_form": False,
+            "kernels": {"sampler": decode, "trainer": chunk},
+            "note": f"the hf engine decodes with the recurrent form ({decode}), the trainer scores with the chunked "
+                    f"form ({chunk}): equal in exact arithmetic, rounded differently in half precision "
+                    f"(rollout/mismatch_kl measures it; ppo.tis_cap corrects for it)"}
 
 
 def cpu_float_mode() -> bool:
@@ -92,13 +130,16 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def kernel_warnings(kernels: dict[str, str], *, on_gpu: bool) -> list[str]:
+def kernel_warnings(kernels: dict[str, Any], *, on_gpu: bool) -> list[str]:
     """A line per special layer that runs the torch fallback on a GPU (on a CPU the fallback is the
     only implementation there is, so it is no warning)."""
     if not on_gpu:
         return []
     out = []
+    rerouted = {e.get("kernel") for e in kernels.get("rerouted") or [] if isinstance(e, dict)}
     for key, _, package, _ in _KERNELS:
+        if key in rerouted or (key == "gated_delta_rule_decode" and kernels.get("gated_delta_rule") == "torch"):
+            continue  # the rerouted entry says why; one line per missing package is enough
         if kernels.get(key) == "torch":
             out.append(f"{key} runs transformers' PyTorch fallback: slow, and its log-probs drift from the "
                        f"trainer's in bfloat16; install {package} on the GPU worker (see README, 'GPU extras')")

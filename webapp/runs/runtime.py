@@ -19,8 +19,10 @@ sampler's per-token probabilities are off by about 4.5% (root mean square) from 
 assumes: past rounding noise even in half precision, and the size of mismatch reported to destabilise
 RL (the reason for truncated importance sampling, ppo.tis_cap)."""
 
-KERNEL_LABELS = {"attention": "attention", "gated_delta_rule": "gated delta rule", "causal_conv1d": "causal conv1d"}
-FAST_KERNEL_PACKAGES = {"gated_delta_rule": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
+KERNEL_LABELS = {"attention": "attention", "gated_delta_rule": "gated delta rule",
+                 "gated_delta_rule_decode": "gated delta rule (decode)", "causal_conv1d": "causal conv1d"}
+FAST_KERNEL_PACKAGES = {"gated_delta_rule": "flash-linear-attention",
+                        "gated_delta_rule_decode": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
 
 
 def latest_start(run: Run) -> dict | None:
@@ -49,8 +51,20 @@ def runtime_rows(start: dict | None) -> dict | None:
         rows.append(("layers", layers))
     kernels = runtime.get("kernels")
     if isinstance(kernels, dict) and kernels:
-        rows.append(("kernels", " · ".join(f"{KERNEL_LABELS.get(k, k.replace('_', ' '))}: {kernel_text(k, v)}"
-                                           for k, v in kernels.items())))
+        # `refused` / `rerouted` (training/kernels.py) are lists of entries: rows of their own, not implementations
+        named = {k: v for k, v in kernels.items() if isinstance(v, str)}
+        if named:
+            rows.append(("kernels", " · ".join(f"{KERNEL_LABELS.get(k, k.replace('_', ' '))}: {kernel_text(k, v)}"
+                                               for k, v in named.items())))
+        for entry in kernels.get("rerouted") or []:
+            if isinstance(entry, dict):
+                rows.append(("rerouted", f"{entry.get('kernel')}: {entry.get('route')} ({entry.get('combination')})"))
+    forms = runtime.get("linear_attention")
+    if isinstance(forms, dict) and forms.get("sampler"):
+        used = forms.get("kernels") or {}
+        rows.append(("linear attention", f"sampler {forms['sampler']} ({used.get('sampler')}), trainer "
+                                         f"{forms.get('trainer')} ({used.get('trainer')})"
+                                         + ("" if forms.get("same_form") else ": different forms, see mismatch")))
     engine = runtime.get("engine")
     if isinstance(engine, dict) and engine.get("name"):
         rows.append(("engine", engine_text(engine)))

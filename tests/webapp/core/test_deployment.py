@@ -56,6 +56,33 @@ def test_the_gpu_workers_devices_and_its_gpus_per_run_are_the_same_number():
     assert device["count"] == worker["environment"]["CRUCIBLE_GPUS_PER_RUN"]
 
 
+def test_the_compose_image_serves_the_gpu_preset_with_its_own_engine_and_kernels():
+    # The 9B preset samples with vLLM; the web service refuses such a run unless the engine environment exists
+    # where it runs, so every service runs the Dockerfile's `gpu` stage, which builds it and says where.
+    from webapp.runs.presets import get_preset
+
+    assert get_preset("qwen3.5-9b-lora-80gb")["config"]["sampling"]["engine"] == "vllm"
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["x-app"]["build"]["target"] == "gpu"
+    assert compose["services"]["sandbox"]["build"] == compose["x-app"]["build"]
+    stages, current = {}, None
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("FROM "):
+            current = line.split()[-1]
+            stages[current] = [line]
+        elif current:
+            stages[current].append(line)
+    assert list(stages)[-1] == "gpu"  # the default target of `docker build .`
+    gpu = "\n".join(stages["gpu-deps"])
+    assert "pip install -r requirements-gpu.txt" in gpu and "ENV CRUCIBLE_VLLM_PYTHON=/opt/venv-vllm/bin/python" in gpu
+    assert "/opt/venv-vllm/bin/pip install \"vllm==${VLLM_VERSION}\"" in gpu and "ARG VLLM_VERSION=0.32.0" in gpu
+    assert stages["gpu"][0] == "FROM gpu-deps AS gpu"
+    pins = dict(line.split("==") for line in (ROOT / "requirements-gpu.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert pins["torch"] == "2.13.0" and pins["triton"] == "3.7.1"  # the triton torch 2.13.0 pins: past fla's bug
+    assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text().splitlines()
+
+
 def test_compose_file_is_valid_for_docker_compose():
     binary = shutil.which("docker-compose")
     if binary is None:

@@ -30,6 +30,20 @@ def test_runtime_rows_name_versions_device_kernels_and_keep_every_warning():
     assert shown["warnings"] == runtime_block()["warnings"]
 
 
+def test_rerouted_kernels_and_the_linear_attention_forms_have_rows_of_their_own():
+    entry = {"kernel": "gated_delta_rule", "action": "rerouted", "from": "fla", "to": "torch",
+             "combination": "flash-linear-attention 0.6.0 with triton 3.6.0 on NVIDIA H200 (compute capability 9.0)",
+             "route": "chunked form on transformers' torch function", "error": "...", "fix": "upgrade Triton"}
+    kernels = {"attention": "sdpa", "gated_delta_rule": "torch", "gated_delta_rule_decode": "fla",
+               "causal_conv1d": "torch", "refused": [], "rerouted": [entry]}
+    forms = {"sampler": "recurrent", "trainer": "chunked", "same_form": False,
+             "kernels": {"sampler": "fla", "trainer": "torch"}}
+    rows = dict(runtime_rows({"runtime": runtime_block(kernels=kernels, linear_attention=forms)})["rows"])
+    assert "refused" not in rows["kernels"] and "gated delta rule (decode): fla" in rows["kernels"]
+    assert rows["rerouted"].startswith("gated_delta_rule: chunked form") and "NVIDIA H200" in rows["rerouted"]
+    assert rows["linear attention"] == "sampler recurrent (fla), trainer chunked (torch): different forms, see mismatch"
+
+
 def test_a_start_event_without_runtime_shows_none_and_a_missing_package_says_so():
     assert runtime_rows({"event": "start", "config": {}}) is None and runtime_rows(None) is None
     rows = dict(runtime_rows({"runtime": runtime_block(peft=None, warnings=[], flush_denormal=True)})["rows"])
