@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Iterable
 
@@ -46,8 +46,9 @@ log = logging.getLogger("crucible.problems")
 
 POLL_S = 0.2
 """How often the supervisor looks at the child and its output."""
-HEARTBEAT_S = 10.0
-"""How often a running probe's supervisor records that it is alive (``Probe.heartbeat``)."""
+CHECK_S = 1.0
+"""How often a running probe's supervisor records that it is alive (``Probe.heartbeat``) and looks for
+its row (a deleted set's probe stops)."""
 DEFAULT_SAMPLES = 8
 KILL_GRACE_S = 10
 """A probe stopped (its set deleted, its supervisor failing) has this long to exit before it is killed."""
@@ -179,25 +180,20 @@ def probe_command(probe: Probe, resolved, directory: Path) -> list[str]:
 
 def run_probe(probe_id: int) -> Probe | None:
     """Do probe ``probe_id`` (the body of ``problems.probe``); idempotent. A finished probe is left as
-    it is; a running one whose worker is alive elsewhere too; one whose worker died is run again."""
-    host, pid = socket.gethostname(), os.getpid()
-    with transaction.atomic():
-        probe = Probe.objects.select_for_update().filter(pk=probe_id).first()
-        if probe is None or probe.status in (Probe.Status.DONE, Probe.Status.FAILED):
-            return probe
-        if (probe.status == Probe.Status.RUNNING and probe.worker_host == host and probe.worker_pid != pid
-                and trainer_process.pid_alive(probe.worker_pid)):
-            return probe  # a second copy of the task while the first still works
-        probe.status, probe.started, probe.finished = Probe.Status.RUNNING, timezone.now(), None
-        probe.worker_host, probe.worker_pid, probe.done, probe.error = host, pid, 0, ""
-        probe.heartbeat = timezone.now()
-        probe.save(update_fields=["status", "started", "finished", "worker_host", "worker_pid", "done", "error",
-                                  "heartbeat"])
+    it is; a running one whose worker is alive too; one whose worker died is run again (its orphaned
+    child, if it still runs, stopped first: the rerun starts in a clean directory)."""
+    probe = Probe.objects.filter(pk=probe_id).first()
+    if probe is None:
+        return None
+    if probe.status == Probe.Status.RUNNING and not probe.worker_is_alive():
+        stop_orphan(probe)
+    if not probe.claim(host=socket.gethostname(), pid=os.getpid()):
+        return probe
     notify_probe(probe)
     try:
         return _supervise(probe)
     except SystemExit:  # the worker is being stopped: the redelivered task runs the probe again
-        Probe.objects.filter(pk=probe.pk, status=Probe.Status.RUNNING).update(status=Probe.Status.PENDING)
+        probe.release()
         raise
     except Exception as exc:  # the worker lives on; the page says what went wrong
         log.exception("probe %s failed", probe.pk)
@@ -207,34 +203,41 @@ def run_probe(probe_id: int) -> Probe | None:
 def worker_alive(probe: Probe) -> bool:
     """Whether the worker running ``probe`` may still be at work (same host: its pid; elsewhere: its
     heartbeat, as for runs)."""
-    return trainer_process.worker_alive(probe.worker_host, probe.worker_pid, probe.heartbeat)
+    return probe.worker_is_alive()
+
+
+def stop_orphan(probe: Probe) -> None:
+    """Kill the child a dead worker left behind (on this host), if that pid is still the probe's child."""
+    if probe.worker_host == socket.gethostname() and probe.is_trainer():
+        trainer_process.signal_group(probe.trainer_pid, signal.SIGKILL)
 
 
 def fail_lost_probe(probe: Probe) -> bool:
     """Fail running ``probe`` whose worker died (killed, host lost) -> whether this call failed it. Without
-    this a lost probe stays `running`, and its set refuses every new probe."""
-    where = f"{probe.worker_host}:{probe.worker_pid}" if probe.worker_host else "unknown worker"
-    failed = Probe.objects.filter(pk=probe.pk, status=Probe.Status.RUNNING, worker_host=probe.worker_host,
-                                  worker_pid=probe.worker_pid).update(
-        status=Probe.Status.FAILED, finished=timezone.now(),
-        error=f"the worker running this probe ({where}) died before it finished; estimate again")
-    if failed:
-        probe.refresh_from_db()
-        notify_probe(probe)
-        log.warning("probe %s of problem set %s lost its worker (%s)", probe.pk, probe.problem_set_id, where)
-    return bool(failed)
+    this a lost probe stays `running`, and its set refuses every new probe. Its child, if it outlived
+    the worker, is stopped."""
+    with transaction.atomic():
+        locked = Probe.objects.select_for_update().filter(pk=probe.pk).first()
+        if locked is None or locked.status != Probe.Status.RUNNING or locked.worker_is_alive():
+            return False
+        stop_orphan(locked)
+        locked.finish(Probe.Status.FAILED, f"the worker running this probe ({locked.worker_label}) died before it "
+                                           "finished; estimate again")
+    probe.refresh_from_db()
+    notify_probe(probe)
+    log.warning("probe %s of problem set %s lost its worker (%s)", probe.pk, probe.problem_set_id, probe.worker_label)
+    return True
 
 
 def fail_lost_probes() -> list[int]:
     """Fail every running probe whose worker died (beat, with the republishing) -> their ids."""
-    return [probe.pk for probe in Probe.objects.filter(status=Probe.Status.RUNNING)
-            if not worker_alive(probe) and fail_lost_probe(probe)]
+    return [probe.pk for probe in Probe.lost() if fail_lost_probe(probe)]
 
 
 def _supervise(probe: Probe) -> Probe | None:
     try:
         resolved = resolve_model(probe.model, probe.requested_by)
-        directory = probe_dir(probe.problem_set_id, probe.pk)
+        directory = probe.directory
         command = probe_command(probe, resolved, directory)
     except ConfigError as exc:  # the checkpoint is gone since the request
         return _finish(probe, error=f"model: {exc.message}")
@@ -247,36 +250,34 @@ def _supervise(probe: Probe) -> Probe | None:
     out = directory / "probe.jsonl"
     with open(directory / "stdout.log", "wb") as stdout, open(directory / "stderr.log", "wb") as stderr:
         proc = trainer_process.spawn(command, cwd=directory, stdout=stdout, stderr=stderr)
+    probe.record_trainer(proc.pid)
     follower = trainer_process.EventFollower(out)
-    done, beat = 0, time.monotonic()
+    gone = False
+
+    def on_lines(lines) -> None:
+        counted = sum(1 for _, line, _ in lines if "problem_id" in line)
+        if counted and not gone:
+            probe.record_progress(probe.done + counted)
+            notify_probe(probe)
+
+    def check() -> float | None:
+        nonlocal gone
+        gone = probe.beat() is None  # its set was deleted: stop, leave nothing
+        return KILL_GRACE_S if gone else None
+
     try:
-        while True:
-            rc = proc.poll()
-            if time.monotonic() - beat >= HEARTBEAT_S:
-                beat = time.monotonic()
-                Probe.objects.filter(pk=probe.pk).update(heartbeat=timezone.now())
-            lines = follower.read()
-            counted = sum(1 for _, line, _ in lines if "problem_id" in line)
-            if counted:
-                done += counted
-                Probe.objects.filter(pk=probe.pk).update(done=done)
-                probe.done = done
-                notify_probe(probe)
-            if rc is not None:
-                break
-            if not Probe.objects.filter(pk=probe.pk).exists():  # its set was deleted: stop, leave nothing
-                trainer_process.stop(proc, KILL_GRACE_S)
-                shutil.rmtree(directory, ignore_errors=True)
-                return None
-            time.sleep(POLL_S)
+        rc = trainer_process.follow_child(proc, follower, on_lines=on_lines, check=check, poll_s=POLL_S,
+                                          check_s=CHECK_S)
     finally:
         follower.close()
         if proc.poll() is None:
             trainer_process.stop(proc, KILL_GRACE_S)
+    if gone:
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
     if rc != 0:
-        how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
         tail = trainer_process.stderr_tail(directory / "stderr.log")
-        return _finish(probe, error=f"the probe exited ({how})" + (f":\n{tail}" if tail else ""))
+        return _finish(probe, error=f"the probe exited ({trainer_process.exit_text(rc)})" + (f":\n{tail}" if tail else ""))
     try:
         report = read_probe(out)
     except ProbeFileError as exc:
@@ -290,20 +291,14 @@ def _supervise(probe: Probe) -> Probe | None:
 
 def _finish(probe: Probe, *, error: str = "", results: list | None = None, summary: dict | None = None,
             output_path: str = "") -> Probe | None:
-    with transaction.atomic():
-        locked = Probe.objects.select_for_update().filter(pk=probe.pk).first()
-        if locked is None:
-            return None
-        locked.status = Probe.Status.FAILED if error else Probe.Status.DONE
-        locked.error = db_safe(error)
-        locked.finished = timezone.now()
-        if not error:
-            locked.results, locked.summary, locked.output_path = db_safe(results), db_safe(summary), output_path
-            locked.done = len(results)
-        locked.save(update_fields=["status", "error", "finished", "results", "summary", "output_path", "done"])
-    notify_probe(locked)
-    log.info("probe %s of problem set %s: %s", locked.pk, locked.problem_set_id, locked.status)
-    return locked
+    fields = {} if error else {"results": db_safe(results), "summary": db_safe(summary), "output_path": output_path,
+                               "done": len(results)}
+    probe.finish(Probe.Status.FAILED if error else Probe.Status.DONE, db_safe(error), **fields)
+    if not Probe.objects.filter(pk=probe.pk).exists():
+        return None
+    notify_probe(probe)
+    log.info("probe %s of problem set %s: %s", probe.pk, probe.problem_set_id, probe.status)
+    return probe
 
 
 # ---- reads ------------------------------------------------------------------------------------------
