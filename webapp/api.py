@@ -6,6 +6,7 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError
 
 from webapp.accounts.auth import API_AUTH
+from webapp.probes.api import router as probes_router
 from webapp.problems.api import router as problem_sets_router
 from webapp.runs.api import presets_router, router as runs_router
 
@@ -57,5 +58,6 @@ def me(request: HttpRequest) -> dict:
 
 
 api.add_router("/problem-sets", problem_sets_router)
+api.add_router("/problem-sets", probes_router)
 api.add_router("/runs", runs_router)
 api.add_router("/presets", presets_router)

@@ -40,12 +40,12 @@ from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
 from webapp.core.text import name_problem
-from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
 from webapp.problems.services import write_problems_jsonl
 
 from . import queries
 from .checkpoints import STATE_DIR, resolve_checkpoint_dir
 from .config import merge_config, trainer_config, validate_config
+from .difficulty import check_run_filter, resolve_run_probe
 from .event_summary import summarize
 from .model_refs import check_hub_model
 from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
@@ -88,7 +88,7 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         full["problems"] = str(Path(problems_path).resolve())
         trainer = trainer_config(full, owner)
         if probe is not None:  # the run's own copy, like its problems: the set (and its probes) may go
-            copied = shutil.copyfile(probe_output(probe), run_dir / "probe.jsonl")
+            copied = shutil.copyfile(probe.output_file, run_dir / "probe.jsonl")
             trainer = merge_config(trainer, {"difficulty": {"probe": str(Path(copied).resolve())}})
         save_config(config_from_dict(trainer), run_dir / "run.yaml")
         run.config, run.run_dir = full, str(run_dir.resolve())

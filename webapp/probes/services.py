@@ -1,5 +1,7 @@
 """Difficulty probes of problem sets (docs/design.md "Training CLI: tiny-model architectures and the
-difficulty probe" and the API table's probe row, issue #11).
+difficulty probe" and the API table's probe row, issue #11). The ``Probe`` row is the set's
+(``webapp.problems.models``, a ``TrainerJob``); the job is this app's, on top of problems and runs
+(it names models as the run form does), so that neither of those imports the other's way back.
 
 - ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
   a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound
@@ -7,11 +9,9 @@ difficulty probe" and the API table's probe row, issue #11).
   ``gpu`` queue) after the commit.
 - ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
   as a child process (``webapp.core.trainer_process``, as for a run): the set written out as native
-  JSONL and the output file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``),
+  JSONL and the output file under the set's data dir (``Probe.directory``),
   progress counted from the output lines as they appear, the owner's pages notified, the results
   stored when it ends.
-- ``resolve_run_probe``: what a run's ``difficulty.probe`` names (``probe:<id>`` or, with a drop rule
-  on, the set's latest finished probe), for ``runs.services.create_run``.
 """
 from __future__ import annotations
 
@@ -29,18 +29,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from training.config import ConfigError, config_from_dict, save_config
-from training.difficulty import ProbeFileError, ProblemDifficulty, ProbeReport, drop_by_difficulty, read_probe
+from training.difficulty import ProbeFileError, read_probe
 
 from webapp.core import trainer_process
 from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
-from webapp.runs.config import PROBE_REFERENCE, default_config, merge_config
+from webapp.problems.models import Probe, ProblemSet
+from webapp.problems.services import notify_owner, write_problems_jsonl
+from webapp.runs.config import default_config, merge_config
 from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
 from webapp.runs.models import Run
 from webapp.runs.presets import presets
-
-from .models import Probe, ProblemSet
-from .services import notify_owner, write_problems_jsonl
 
 log = logging.getLogger("crucible.problems")
 
@@ -56,22 +55,6 @@ KILL_GRACE_S = 10
 
 class ProbeConflict(Exception):
     """The set cannot be probed now (a probe is under way, or its problems are not imported)."""
-
-
-def probe_dir(problem_set_id: int, probe_id: int) -> Path:
-    return Path(settings.PROBLEM_SETS_DIR) / str(problem_set_id) / "probes" / str(probe_id)
-
-
-def set_data_dir(problem_set_id: int) -> Path:
-    return Path(settings.PROBLEM_SETS_DIR) / str(problem_set_id)
-
-
-def latest_probe(problem_set: ProblemSet) -> Probe | None:
-    return problem_set.probes.order_by("-created", "-id").first()
-
-
-def latest_finished_probe(problem_set: ProblemSet) -> Probe | None:
-    return problem_set.probes.filter(status=Probe.Status.DONE).order_by("-finished", "-id").first()
 
 
 # ---- request ----------------------------------------------------------------------------------------
@@ -132,7 +115,7 @@ def request_probe(problem_set: ProblemSet, user, model: str, adapter: str | None
         if locked.import_status != ProblemSet.Import.DONE:
             raise ProbeConflict(f"problem set {locked.pk} has no problems to probe yet (import {locked.import_status})")
         busy = locked.probes.filter(status__in=(Probe.Status.PENDING, Probe.Status.RUNNING)).first()
-        if busy is not None and busy.status == Probe.Status.RUNNING and not worker_alive(busy):
+        if busy is not None and busy.status == Probe.Status.RUNNING and not busy.worker_is_alive():
             busy = None if fail_lost_probe(busy) else busy  # its worker died: it never ends by itself
         if busy is not None:
             raise ProbeConflict(f"a difficulty probe of this set is already {busy.status} (probe {busy.pk}); "
@@ -198,12 +181,6 @@ def run_probe(probe_id: int) -> Probe | None:
     except Exception as exc:  # the worker lives on; the page says what went wrong
         log.exception("probe %s failed", probe.pk)
         return _finish(probe, error=f"{type(exc).__name__}: {exc}")
-
-
-def worker_alive(probe: Probe) -> bool:
-    """Whether the worker running ``probe`` may still be at work (same host: its pid; elsewhere: its
-    heartbeat, as for runs)."""
-    return probe.worker_is_alive()
 
 
 def stop_orphan(probe: Probe) -> None:
@@ -304,81 +281,8 @@ def _finish(probe: Probe, *, error: str = "", results: list | None = None, summa
 # ---- reads ------------------------------------------------------------------------------------------
 
 
-def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
-    """The API's ``probe`` object (None before the set's first probe)."""
-    if probe is None:
-        return None
-    state = {"id": probe.pk, "status": probe.status, "model": probe.model, "adapter": probe.adapter or None,
-             "samples": probe.samples, "done": probe.done, "total": probe.total, "error": probe.error,
-             "summary": probe.summary_now(), "reference": probe.reference,
-             "in_progress": probe.in_progress, "progress_text": probe.progress_text,
-             "created": probe.created.isoformat(), "finished": probe.finished.isoformat() if probe.finished else None}
-    rates = probe.solve_rates()
-    state["results"] = [{"problem_id": r["problem_id"], "solve_rate": rates[r["problem_id"]],
-                         "pass_rate": rates[r["problem_id"]], "passed": r["passed"], "samples": r["samples"]}
-                        for r in probe.results] if results else []
-    return state
-
-
 def notify_probe(probe: Probe) -> None:
     """Tell the owner's open pages how far the probe got (group ``user-<id>``, /ws/notifications/)."""
     notify_owner(probe.problem_set, {"event": "probe", "problem_set": probe.problem_set_id, "probe": probe.pk,
                                 "status": probe.status, "done": probe.done, "total": probe.total,
                                 "in_progress": probe.in_progress, "progress_text": probe.progress_text})
-
-
-# ---- runs -------------------------------------------------------------------------------------------
-
-
-def resolve_run_probe(difficulty: dict, problem_set: ProblemSet) -> Probe | None:
-    """The probe a run's ``difficulty`` section names on ``problem_set``: ``probe:<id>`` (a finished
-    probe of that set), or, when it names none and a drop rule is on, the set's latest finished probe.
-    None when no probe is named and no rule is on. ConfigError naming the field otherwise."""
-    reference = difficulty.get("probe")
-    rules = difficulty.get("drop_unsolved") or difficulty.get("drop_solved")
-    if reference is None:
-        if not rules:
-            return None
-        probe = latest_finished_probe(problem_set)
-        if probe is None:
-            field = "difficulty.drop_unsolved" if difficulty.get("drop_unsolved") else "difficulty.drop_solved"
-            raise ConfigError(field, f"problem set '{problem_set.name}' has no finished difficulty probe to filter "
-                                     "by: estimate its difficulty on its page first, or turn the rule off")
-        return _on_disk(probe, "difficulty.probe")
-    match = PROBE_REFERENCE.fullmatch(reference)
-    probe = (Probe.objects.filter(pk=int(match[1]), problem_set=problem_set, status=Probe.Status.DONE).first()
-             if match else None)
-    if probe is None:
-        raise ConfigError("difficulty.probe", f"must be a finished difficulty probe of problem set "
-                                              f"'{problem_set.name}' as probe:<id>, or null for its latest")
-    return _on_disk(probe, "difficulty.probe")
-
-
-def _on_disk(probe: Probe, field: str) -> Probe:
-    if not probe_output(probe).is_file():
-        raise ConfigError(field, f"the output of {probe.reference} is no longer on disk; estimate the set's "
-                                 "difficulty again")
-    return probe
-
-
-def probe_output(probe: Probe) -> Path:
-    return Path(settings.PROBLEM_SETS_DIR) / probe.output_path
-
-
-def check_run_filter(probe: Probe, problem_set: ProblemSet, difficulty: dict) -> dict[str, int]:
-    """What the run's rules drop from the set's train problems by ``probe`` (``{"unsolved", "solved"}``),
-    checked at launch as the trainer will apply it: ConfigError when nothing would be left to train on."""
-    class _Problem:
-        def __init__(self, problem_id: str):
-            self.id = problem_id
-
-    report = ProbeReport(tuple(ProblemDifficulty(r["problem_id"], r["samples"], r["passed"]) for r in probe.results),
-                         probe.summary)
-    train = [_Problem(pid) for pid in problem_set.problems.filter(split="train").values_list("problem_id", flat=True)]
-    kept, dropped = drop_by_difficulty(train, report, drop_unsolved=bool(difficulty.get("drop_unsolved")),
-                                       drop_solved=bool(difficulty.get("drop_solved")))
-    if train and not kept:
-        rules = " and ".join(f"{n} {rule}" for rule, n in dropped.items() if n)
-        raise ConfigError("difficulty", f"dropping {rules} train problems (by {probe.reference}) leaves none to "
-                                        "train on; turn off drop_unsolved or drop_solved")
-    return dropped
