@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,6 +32,8 @@ STALE_AFTER = timedelta(seconds=120)
 STDERR_TAIL_LINES = 20
 """How many lines of a failed child's stderr its job's error quotes."""
 _STDERR_TAIL_BYTES = 16384
+PROGRESS_LINE = re.compile(r"(step \d+/\d+|probe \d+/\d+ problems) \|")
+"""The training CLI's progress lines (one per step of a run, one per problem of a probe)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -193,7 +196,10 @@ def exit_text(rc: int) -> str:
 
 
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
-    """The last ``lines`` non-blank lines of a child's stderr log ("" when there is none)."""
+    """The last ``lines`` non-blank lines of a child's stderr log ("" when there is none), its progress
+    lines but the last one left out: a trainer that was training wrote one per step, and twenty of
+    them quoted a stale step first (``step 107/300`` for a run lost at step 126) and crowded out the
+    lines that say what happened."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -202,8 +208,10 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     except OSError:
         return ""
     # transformers' weight-loading bars are carriage-return updates: keep only what each line ended as
-    kept = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
-    return "\n".join([line for line in kept if line.strip()][-lines:])
+    kept = [line for line in (line.rsplit("\r", 1)[-1] for line in text.split("\n")) if line.strip()]
+    progress = [i for i, line in enumerate(kept) if PROGRESS_LINE.match(line)]
+    stale = set(progress[:-1])
+    return "\n".join([line for i, line in enumerate(kept) if i not in stale][-lines:])
 
 
 # ---- stopping -----------------------------------------------------------------------------------
