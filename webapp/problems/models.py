@@ -5,10 +5,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
-from django.utils import timezone
 from django.template.defaultfilters import filesizeformat, pluralize
-
-from training import difficulty
+from django.utils import timezone
 
 from webapp.core.models import OwnedQuerySet, TrainerJob
 
@@ -271,15 +269,11 @@ class Probe(TrainerJob):
         """Each problem's solve rate: the share of its samples that passed every test."""
         return {r["problem_id"]: r["passed"] / r["samples"] for r in self.results}
 
-    def summary_now(self) -> dict | None:
-        """The summary line with today's names (a probe stored before the rename has only `mean_pass_rate`)."""
-        return difficulty.with_new_names(self.summary) if self.summary else None
-
     def state(self, *, results: bool = True) -> dict:
         """The API's ``probe`` object of a problem set (and of ``POST .../probe``)."""
         state = {"id": self.pk, "status": self.status, "model": self.model, "adapter": self.adapter or None,
                  "samples": self.samples, "done": self.done, "total": self.total, "error": self.error,
-                 "summary": self.summary_now(), "reference": self.reference,
+                 "summary": self.summary or None, "reference": self.reference,
                  "in_progress": self.in_progress, "progress_text": self.progress_text,
                  "created": self.created.isoformat(), "finished": self.finished.isoformat() if self.finished else None}
         rates = self.solve_rates()

@@ -94,6 +94,17 @@ class Run(TrainerJob):
     def on_claim(self) -> None:
         self.started = self.started or timezone.now()  # a resumed run keeps its first start
 
+    def record_line(self, *, seq: int, offset: int | None, step: int | None) -> None:
+        """Line ``seq`` of events.jsonl is stored: where its follower goes on (``offset``, bytes through
+        the line; None: not a follower's read), the ``step`` a new step event reached, and a heartbeat."""
+        updates: dict = {"heartbeat": timezone.now()}
+        if offset is not None:
+            updates.update(events_offset=offset, events_seq=seq + 1)
+            self.events_offset, self.events_seq = offset, seq + 1
+        if step is not None:
+            updates["step"] = self.step = step
+        Run.objects.filter(pk=self.pk).update(**updates)
+
     def stop_for_shutdown(self, attempt: int) -> None:
         """The gpu worker supervising this attempt is being stopped: when the run ends, it is resumed
         automatically once a gpu worker starts (set first, so that a supervisor killed meanwhile still
