@@ -26,7 +26,6 @@ from typing import Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from training.config import ConfigError, config_from_dict, save_config
 from training.difficulty import ProbeFileError, read_probe
@@ -254,7 +253,8 @@ def _supervise(probe: Probe) -> Probe | None:
         return None
     if rc != 0:
         tail = trainer_process.stderr_tail(directory / "stderr.log")
-        return _finish(probe, error=f"the probe exited ({trainer_process.exit_text(rc)})" + (f":\n{tail}" if tail else ""))
+        how = trainer_process.exit_text(rc)
+        return _finish(probe, error=f"the probe exited ({how})" + (f":\n{tail}" if tail else ""))
     try:
         report = read_probe(out)
     except ProbeFileError as exc:
