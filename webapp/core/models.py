@@ -37,9 +37,8 @@ class TrainerJob(models.Model):
     error = models.TextField(blank=True, default="")
     worker_host = models.CharField(max_length=255, blank=True, default="")
     worker_pid = models.IntegerField(null=True, blank=True, help_text="pid of the supervising task")
-    trainer_pid = models.IntegerField(null=True, blank=True, help_text="pid of its child, the training CLI")
-    heartbeat = models.DateTimeField(null=True, blank=True, help_text="last sign of life of the supervising "
-                                     "task (a worker on another host is judged by it)")
+    trainer_pid = models.IntegerField(null=True, blank=True)  # its child, the training CLI
+    heartbeat = models.DateTimeField(null=True, blank=True)  # the task's last sign of life
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 

@@ -151,7 +151,7 @@ def test_a_probe_stored_before_the_rename_is_upgraded_once_and_shows_its_solve_r
     Probe.objects.filter(pk=probe.pk).update(  # as stored then: pass_rate and mean_pass_rate only
         results=[{k: v for k, v in r.items() if k != "solve_rate"} for r in probe.results],
         summary={k: v for k, v in probe.summary.items() if k != "mean_solve_rate"})
-    import_module("webapp.problems.migrations.0007_probe_solve_rate").upgrade(apps, None)
+    import_module("webapp.problems.migrations.0006_probe_solve_rate").upgrade(apps, None)
     probe.refresh_from_db()
     assert probe.summary["mean_solve_rate"] == probe.summary["mean_pass_rate"] == 0.5
     got = client_alice.get(f"/api/problem-sets/{ps.pk}").json()["probe"]

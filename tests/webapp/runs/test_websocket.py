@@ -94,7 +94,7 @@ def test_a_problem_event_stored_before_solve_rate_is_upgraded_once_and_replayed_
     old = {"event": "problem", "step": 1, "problem_id": "a", "pass_rate": 0.5, "zero_variance": False,
            "candidates": [{"index": 0, "reward": 1.0, "result": {"status": "passed"}}], "summarized": True}
     stored = RunEvent.objects.create(run=run, seq=3, kind="problem", step=1, payload=old)
-    import_module("webapp.runs.migrations.0012_problem_events_solve_rate").upgrade(apps, None)
+    import_module("webapp.runs.migrations.0011_problem_events_solve_rate").upgrade(apps, None)
     stored.refresh_from_db()
     assert stored.payload == {**old, "solve_rate": 0.5}
     current = stored.payload

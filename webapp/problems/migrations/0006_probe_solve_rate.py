@@ -16,7 +16,7 @@ def upgrade(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("problems", "0006_probe_trainer_job"),
+        ("problems", "0005_probe_heartbeat"),
     ]
 
     operations = [

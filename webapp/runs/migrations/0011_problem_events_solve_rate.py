@@ -22,7 +22,7 @@ def upgrade(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("runs", "0011_run_trainer_job"),
+        ("runs", "0010_problem_stat_solve_rate"),
     ]
 
     operations = [
