@@ -15,7 +15,7 @@ from webapp.problems.models import Probe, ProblemSet
 from tests.factories import finished_run, install_model_stub, jsonl
 from tests.webapp.conftest import wait_for
 
-from .conftest import ECHO, GOOD, upload_file
+from tests.webapp.problems.conftest import ECHO, GOOD, upload_file
 
 MUL = {**GOOD, "id": "mul", "prompt": "def mul(a, b):\n", "entry_point": "mul", "tests": ["assert mul(2, 3) == 6"],
        "reference_solution": "def mul(a, b):\n    return a * b\n"}
