@@ -168,3 +168,28 @@ def test_no_module_of_the_web_app_imports_a_tasks_module():
 def test_problems_is_a_leaf_of_the_sandbox():
     # The Problem model imports nothing of the sandbox; reading and writing files is sandbox.formats'.
     assert _import_graph("sandbox")["sandbox.problems"] == set()
+
+
+def _app_imports(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(app, app) -> the module imports from the first app into the second, for apps of `webapp/` (its
+    packages and top-level modules: `webapp.problems`, `webapp.runs`, `webapp.urls`, ...)."""
+    def app(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if app(source) != app(target):
+                edges.setdefault((app(source), app(target)), []).append((source, target))
+    return edges
+
+
+def test_no_two_apps_of_the_web_app_import_each_other():
+    # Modules may not circle, and neither may apps: problems is below runs (a run trains on a set), and the
+    # difficulty probes, which build on both, are an app above them (webapp.probes).
+    edges = _app_imports(_import_graph("webapp"))
+    assert ("webapp.runs", "webapp.problems") in edges  # the check sees the imports it is about
+    both_ways = {pair: sorted(edges[pair] + edges[pair[::-1]]) for pair in edges
+                 if pair[::-1] in edges and pair < pair[::-1]}
+    assert both_ways == {}, "apps of webapp/ that import each other"
+    assert ("webapp.problems", "webapp.runs") not in edges

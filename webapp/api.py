@@ -11,6 +11,7 @@ from ninja.parser import Parser
 from training.config import json_number
 
 from webapp.accounts.auth import API_AUTH
+from webapp.probes.api import router as probes_router
 from webapp.problems.api import router as problem_sets_router
 from webapp.runs.api import presets_router, router as runs_router
 
@@ -71,5 +72,6 @@ def me(request: HttpRequest) -> dict:
 
 
 api.add_router("/problem-sets", problem_sets_router)
+api.add_router("/problem-sets", probes_router)
 api.add_router("/runs", runs_router)
 api.add_router("/presets", presets_router)

@@ -32,4 +32,4 @@ def drop_stale_bindings(**_) -> None:
                     client.srem(key, member)
 
 
-app.autodiscover_tasks(["webapp.core", "webapp.problems", "webapp.runs"])
+app.autodiscover_tasks(["webapp.core", "webapp.problems", "webapp.runs", "webapp.probes"])

@@ -1,23 +1,28 @@
 """The trainer's child process, as a web job starts, watches and stops it.
 
 A run (``webapp.runs.supervisor``, ``python -m training run``) and a difficulty probe
-(``webapp.problems.probes``, ``python -m training probe``) are both a Celery task supervising the
-training CLI as a child: started in its own directory and session with PR_SET_PDEATHSIG (it gets
-SIGTERM when the worker process dies instead of working on unsupervised), followed through the JSON
+(``webapp.probes.services``, ``python -m training probe``) are both a Celery task supervising the
+training CLI as a child, and their rows are both a ``webapp.core.models.TrainerJob``: the child is
+started in its own directory and session with PR_SET_PDEATHSIG (it gets SIGTERM when the worker process
+dies instead of working on unsupervised), followed to its exit by ``follow_child`` through the JSON
 Lines file it writes, stopped through its process group, and described by the tail of its stderr
-when it fails. Whoever finds a job ``running`` asks ``worker_alive`` whether the worker that claimed
-it may still be at work.
+when it fails (``exit_text`` + ``stderr_tail``). Whoever finds a job ``running`` asks ``worker_alive``
+whether the worker that claimed it may still be at work, and ``is_child_of`` whether a recorded child
+pid is still that child.
 """
 from __future__ import annotations
 
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Callable
 
 from django.conf import settings
 from django.utils import timezone
@@ -27,6 +32,8 @@ STALE_AFTER = timedelta(seconds=120)
 STDERR_TAIL_LINES = 20
 """How many lines of a failed child's stderr its job's error quotes."""
 _STDERR_TAIL_BYTES = 16384
+PROGRESS_LINE = re.compile(r"(step \d+/\d+|probe \d+/\d+ problems) \|")
+"""The training CLI's progress lines (one per step of a run, one per problem of a probe)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -140,8 +147,59 @@ def worker_alive(host: str, pid: int | None, heartbeat: datetime | None) -> bool
     return heartbeat is not None and timezone.now() - heartbeat < STALE_AFTER
 
 
+def is_child_of(pid: int | None, marker: str) -> bool:
+    """Whether process ``pid`` (on this host) is alive and its command line names ``marker`` (the job's
+    config or output path): a pid the system gave to another process since is not the job's child."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return marker.encode() in cmdline.split(b"\0")
+
+
+def follow_child(proc: subprocess.Popen, follower: EventFollower, *, on_lines: Callable[[list], None],
+                 check: Callable[[], float | None], poll_s: float, check_s: float) -> int:
+    """Follow the child ``proc`` to its exit; its exit code.
+
+    Every ``poll_s`` the new lines of ``follower`` go to ``on_lines`` (the lines written up to the exit
+    included); every ``check_s`` ``check()`` (which beats the job's heart) says whether the child must
+    stop: None to let it work, else the seconds it has between SIGTERM (sent once, to its group) and
+    SIGKILL. ``check`` may change that grace as the child gets on (a trainer still loading its model has
+    nothing to save).
+    """
+    last_check = float("-inf")
+    term_sent: float | None = None
+    grace: float | None = None
+    while True:
+        rc = proc.poll()
+        on_lines(follower.read())
+        if rc is not None:
+            on_lines(follower.read())  # what it wrote between the read above and its exit
+            return rc
+        now = time.monotonic()
+        if now - last_check >= check_s:
+            last_check = now
+            grace = check()
+            if grace is not None and term_sent is None:
+                signal_group(proc.pid, signal.SIGTERM)
+                term_sent = now
+        if term_sent is not None and grace is not None and now - term_sent > grace:
+            signal_group(proc.pid, signal.SIGKILL)
+        time.sleep(poll_s)
+
+
+def exit_text(rc: int) -> str:
+    """How a child ended, for a job's error: ``killed by signal N`` or ``exit code N``."""
+    return f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+
+
 def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
-    """The last ``lines`` non-blank lines of a child's stderr log ("" when there is none)."""
+    """The last ``lines`` non-blank lines of a child's stderr log ("" when there is none), its progress
+    lines but the last one left out: a trainer that was training wrote one per step, and twenty of
+    them quoted a stale step first (``step 107/300`` for a run lost at step 126) and crowded out the
+    lines that say what happened."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -150,8 +208,10 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     except OSError:
         return ""
     # transformers' weight-loading bars are carriage-return updates: keep only what each line ended as
-    kept = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
-    return "\n".join([line for line in kept if line.strip()][-lines:])
+    kept = [line for line in (line.rsplit("\r", 1)[-1] for line in text.split("\n")) if line.strip()]
+    progress = [i for i, line in enumerate(kept) if PROGRESS_LINE.match(line)]
+    stale = set(progress[:-1])
+    return "\n".join([line for i, line in enumerate(kept) if i not in stale][-lines:])
 
 
 # ---- stopping -----------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -16,17 +15,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if not request.user.is_authenticated:
         report = public_view(report)
     return JsonResponse(report, status=200 if ok else 503)
-
-
-@require_GET
-def dashboard(request: HttpRequest) -> HttpResponse:
-    from webapp.problems.models import ProblemSet
-    from webapp.runs.models import Run
-
-    return render(request, "core/dashboard.html", {
-        "runs": Run.objects.visible_to(request.user).order_by("-created")[:10],
-        "problem_sets": ProblemSet.objects.visible_to(request.user).order_by("-created")[:10],
-    })
 
 
 @login_not_required

@@ -1,5 +1,5 @@
-"""`/api/problem-sets`: upload, list, validation report, export, re-validate, difficulty probe, delete
-(docs/design.md "Web (webapp/)": the JSON API table)."""
+"""`/api/problem-sets`: upload, list, validation report, export, re-validate, delete (docs/design.md "Web
+(webapp/)": the JSON API table); `POST .../probe` is the probes app's (webapp.probes.api)."""
 from __future__ import annotations
 
 from django.http import HttpRequest, StreamingHttpResponse
@@ -8,9 +8,7 @@ from ninja import Field, File, Form, Router, Schema
 from ninja.responses import Status
 from ninja.files import UploadedFile
 
-from training.config import ConfigError
-
-from . import probes, services
+from . import services
 from .models import ProblemSet
 from .views import export_filename, export_lines
 
@@ -118,15 +116,6 @@ class ProbeState(Schema):
     results: list[ProbeRow] = Field(description="per problem, in the set's order, once done")
 
 
-class ProbeIn(Schema):
-    model: str = Field(description="a preset or installed model (models/<name>), a hub id (org/name), or a "
-                                   "checkpoint of one of your runs as run:<id>/step-<n>")
-    adapter: str | None = Field(None, description="an adapter checkpoint of one of your runs (run:<id>/step-<n>) "
-                                                  "merged into model; null for none")
-    samples: int = Field(probes.DEFAULT_SAMPLES, description="candidates per problem (1 to the server's "
-                                                             "CRUCIBLE_PROBE_MAX_SAMPLES)")
-
-
 class FieldError(Schema):
     detail: str
     field: str
@@ -160,12 +149,12 @@ class Message(Schema):
     detail: str
 
 
-def _user(request: HttpRequest):
+def request_user(request: HttpRequest):
     return request.auth if hasattr(request.auth, "is_staff") else request.user
 
 
-def _visible(request: HttpRequest):
-    return ProblemSet.objects.visible_to(_user(request))
+def visible_sets(request: HttpRequest):
+    return ProblemSet.objects.visible_to(request_user(request))
 
 
 def _summary(ps: ProblemSet) -> dict:
@@ -190,7 +179,7 @@ def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str
         return Status(400, {"detail": f"upload refused: {services.too_large_message('the file')}", "errors": []})
     if file is None:
         return Status(400, {"detail": "no file: send the problems as the multipart field `file`", "errors": []})
-    problem_set, errors = services.upload_problem_set(_user(request), name, file, format)
+    problem_set, errors = services.upload_problem_set(request_user(request), name, file, format)
     if problem_set is None:
         first = errors[0] if errors else {"line": 0, "field": None, "message": "no problems"}
         where = f"line {first['line']}: " if first["line"] else ""
@@ -206,14 +195,14 @@ def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str
 
 @router.get("", response=list[Summary], by_alias=True, summary="The user's problem sets (staff: everyone's)")
 def list_sets(request: HttpRequest):
-    return [_summary(ps) for ps in _visible(request).select_related("owner")]
+    return [_summary(ps) for ps in visible_sets(request).select_related("owner")]
 
 
 @router.get("/{int:problem_set_id}", response=Detail, by_alias=True,
             summary="A problem set, its import and its validation report",
             description="`results=false` leaves out the per-problem rows (for polling).")
 def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
-    ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
+    ps = get_object_or_404(visible_sets(request).select_related("owner"), pk=problem_set_id)
     rows = []
     if results:
         for problem in ps.problems.select_related("validation").order_by("position"):
@@ -225,14 +214,18 @@ def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
     out.update(source_filename=ps.source_filename, import_errors=ps.import_errors,
                validation={**out["validation"], "error": ps.validation_error, "results": rows},
                **{"import": services.import_state(ps)},
-               probe=probes.probe_state(probes.latest_probe(ps), results=results))
+               probe=_probe_state(ps.latest_probe(), results=results))
     return out
+
+
+def _probe_state(probe, *, results: bool) -> dict | None:
+    return probe.state(results=results) if probe is not None else None
 
 
 @router.get("/{int:problem_set_id}/export", summary="The problems as native JSON Lines",
             response={200: None}, openapi_extra={"responses": {200: {"content": {"application/x-ndjson": {}}}}})
 def export(request: HttpRequest, problem_set_id: int):
-    ps = get_object_or_404(_visible(request), pk=problem_set_id)
+    ps = get_object_or_404(visible_sets(request), pk=problem_set_id)
     response = StreamingHttpResponse(export_lines(ps), content_type="application/x-ndjson; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{export_filename(ps)}"'
     return response
@@ -241,34 +234,16 @@ def export(request: HttpRequest, problem_set_id: int):
 @router.post("/{int:problem_set_id}/validate", response={202: Summary, 409: Message}, by_alias=True,
              summary="Validate the set again (409 while it is being imported)")
 def revalidate(request: HttpRequest, problem_set_id: int):
-    ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
+    ps = get_object_or_404(visible_sets(request).select_related("owner"), pk=problem_set_id)
     if ps.import_status != ProblemSet.Import.DONE:
         return Status(409, {"detail": f"problem set {ps.pk} has no problems to validate (import {ps.import_status})"})
     return Status(202, _summary(services.enqueue_validation(ps)))
 
 
-@router.post("/{int:problem_set_id}/probe", response={202: ProbeState, 400: FieldError, 409: Message},
-             summary="Estimate the difficulty of the set's problems (a job on the gpu queue)",
-             description="Samples `samples` candidates per problem from `model` (+ `adapter`) with the sampling "
-                         "settings of the model's preset or run, executes them in the sandbox and stores each "
-                         "problem's pass rate; `GET /api/problem-sets/{id}` follows it under `probe`. A model "
-                         "name you may not use is a 400 that names the field and tells nothing about the server; "
-                         "409 while the set is imported or another probe of it is under way.")
-def probe(request: HttpRequest, problem_set_id: int, payload: ProbeIn):
-    ps = get_object_or_404(_visible(request).select_related("owner"), pk=problem_set_id)
-    try:
-        created = probes.request_probe(ps, _user(request), payload.model, payload.adapter, payload.samples)
-    except ConfigError as exc:
-        return Status(400, {"detail": str(exc), "field": exc.field})
-    except probes.ProbeConflict as exc:
-        return Status(409, {"detail": str(exc)})
-    return Status(202, probes.probe_state(created))
-
-
 @router.delete("/{int:problem_set_id}", response={204: None, 409: Message},
                summary="Delete a problem set (409 while a queued, running or cancelling run uses it)")
 def delete(request: HttpRequest, problem_set_id: int):
-    ps = get_object_or_404(_visible(request), pk=problem_set_id)
+    ps = get_object_or_404(visible_sets(request), pk=problem_set_id)
     try:
         services.delete_problem_set(ps)
     except services.ProblemSetInUse as exc:

@@ -1,13 +1,14 @@
 """Problem sets, their problems (native dicts from the sandbox importers) and validation results."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.db import models
 from django.template.defaultfilters import filesizeformat, pluralize
+from django.utils import timezone
 
-from training import difficulty
-
-from webapp.core.models import OwnedQuerySet
+from webapp.core.models import OwnedQuerySet, TrainerJob
 
 
 class ProblemSet(models.Model):
@@ -69,6 +70,17 @@ class ProblemSet(models.Model):
         if self.validation_status == self.Validation.DONE and self.validation_failed:
             return "warning", f"{self.validation_failed} failing"
         return self.validation_status, self.validation_status
+
+    @property
+    def data_dir(self) -> Path:
+        """Where the set's files lie (its probes' under ``probes/<id>/``)."""
+        return Path(settings.PROBLEM_SETS_DIR) / str(self.pk)
+
+    def latest_probe(self) -> "Probe | None":
+        return self.probes.order_by("-created", "-id").first()
+
+    def latest_finished_probe(self) -> "Probe | None":
+        return self.probes.filter(status=Probe.Status.DONE).order_by("-finished", "-id").first()
 
     @property
     def importing(self) -> bool:
@@ -164,8 +176,9 @@ class ProblemValidation(models.Model):
         return self.reference_passed and self.empty_failed
 
 
-class Probe(models.Model):
-    """A difficulty probe of a problem set: `python -m training probe` on the `gpu` queue (services.py).
+class Probe(TrainerJob):
+    """A difficulty probe of a problem set: `python -m training probe` on the `gpu` queue, a trainer job
+    (webapp.core.models.TrainerJob) whose task is `webapp.probes.services.run_probe`.
 
     The user's names are kept as given (`model`, `adapter`: a preset/installed model, a hub id or
     `run:<id>/step-<n>`); the server paths they resolve to never leave the worker. Its output file
@@ -178,6 +191,10 @@ class Probe(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    WAITING = ("pending",)
+    SUPERVISED = ("running",)
+    FINISHED = ("done", "failed")
+
     problem_set = models.ForeignKey(ProblemSet, on_delete=models.CASCADE, related_name="probes")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="probes")
     model = models.CharField(max_length=300, help_text="The model as the user named it.")
@@ -187,7 +204,6 @@ class Probe(models.Model):
     config = models.JSONField(default=dict, blank=True,
                               help_text="The run-config sections the probe sampled with (sampling, model.dtype, sandbox).")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    error = models.TextField(blank=True)
     done = models.PositiveIntegerField(default=0, help_text="Problems probed so far (progress).")
     total = models.PositiveIntegerField(default=0, help_text="Problems to probe.")
     results = models.JSONField(default=list, blank=True,
@@ -195,14 +211,7 @@ class Probe(models.Model):
     summary = models.JSONField(default=dict, blank=True, help_text="The probe's summary line, when done.")
     output_path = models.CharField(max_length=500, blank=True, help_text="The probe output, relative to PROBLEM_SETS_DIR.")
     task_id = models.CharField(max_length=64, blank=True)
-    worker_host = models.CharField(max_length=255, blank=True)
-    worker_pid = models.PositiveIntegerField(null=True, blank=True)
-    heartbeat = models.DateTimeField(null=True, blank=True,
-                                     help_text="Last sign of life of the worker running it (another host's worker is "
-                                               "judged by this).")
     created = models.DateTimeField(auto_now_add=True)
-    started = models.DateTimeField(null=True, blank=True)
-    finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -213,6 +222,36 @@ class Probe(models.Model):
     @property
     def in_progress(self) -> bool:
         return self.status in (self.Status.PENDING, self.Status.RUNNING)
+
+    @property
+    def directory(self) -> Path:
+        """The probe's own files: its problems, config, output and logs."""
+        return self.problem_set.data_dir / "probes" / str(self.pk)
+
+    @property
+    def output_file(self) -> Path:
+        return Path(settings.PROBLEM_SETS_DIR) / self.output_path
+
+    @property
+    def trainer_marker(self) -> str:
+        return str(self.directory / "probe.yaml")
+
+    def claimable_by(self, host: str, pid: int) -> bool:
+        """Pending; or running in a task that died (the redelivered task runs it again) or in this one."""
+        if self.status != self.Status.RUNNING:
+            return super().claimable_by(host, pid)
+        return (self.worker_host, self.worker_pid) == (host, pid) or not self.worker_is_alive()
+
+    def on_claim(self) -> None:
+        self.started, self.done = timezone.now(), 0
+
+    def release(self) -> None:
+        """running -> pending: the worker is being stopped; the redelivered task runs the probe again."""
+        Probe.objects.filter(pk=self.pk, status=self.Status.RUNNING).update(status=self.Status.PENDING)
+
+    def record_progress(self, done: int) -> None:
+        Probe.objects.filter(pk=self.pk).update(done=done)
+        self.done = done
 
     @property
     def progress_text(self) -> str:
@@ -230,6 +269,15 @@ class Probe(models.Model):
         """Each problem's solve rate: the share of its samples that passed every test."""
         return {r["problem_id"]: r["passed"] / r["samples"] for r in self.results}
 
-    def summary_now(self) -> dict | None:
-        """The summary line with today's names (a probe stored before the rename has only `mean_pass_rate`)."""
-        return difficulty.with_new_names(self.summary) if self.summary else None
+    def state(self, *, results: bool = True) -> dict:
+        """The API's ``probe`` object of a problem set (and of ``POST .../probe``)."""
+        state = {"id": self.pk, "status": self.status, "model": self.model, "adapter": self.adapter or None,
+                 "samples": self.samples, "done": self.done, "total": self.total, "error": self.error,
+                 "summary": self.summary or None, "reference": self.reference,
+                 "in_progress": self.in_progress, "progress_text": self.progress_text,
+                 "created": self.created.isoformat(), "finished": self.finished.isoformat() if self.finished else None}
+        rates = self.solve_rates()
+        state["results"] = [{"problem_id": r["problem_id"], "solve_rate": rates[r["problem_id"]],
+                             "pass_rate": rates[r["problem_id"]], "passed": r["passed"], "samples": r["samples"]}
+                            for r in self.results] if results else []
+        return state

@@ -26,7 +26,6 @@ from webapp.core.groups import user_group
 from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
-from webapp.runs.models import ACTIVE_STATUSES
 from .environments import environment_quota_errors
 from .models import Problem, ProblemSet, ProblemValidation
 
@@ -653,7 +652,7 @@ def active_runs(problem_set: ProblemSet):
     runs = getattr(problem_set, "runs", None)
     if runs is None:
         return []
-    return list(runs.filter(status__in=ACTIVE_STATUSES))
+    return list(runs.active())
 
 
 def delete_problem_set(problem_set: ProblemSet) -> None:

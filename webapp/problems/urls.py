@@ -11,5 +11,4 @@ urlpatterns = [
     path("problem-sets/<int:pk>/export.jsonl", views.problem_set_export, name="export"),
     path("problem-sets/<int:pk>/delete", views.problem_set_delete, name="delete"),
     path("problem-sets/<int:pk>/validate", views.problem_set_validate, name="validate"),
-    path("problem-sets/<int:pk>/probe", views.problem_set_probe, name="probe"),
 ]

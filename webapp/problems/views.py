@@ -10,16 +10,13 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.highlight import highlight_python
 
-from training.config import ConfigError
-
-from . import probes, services
-from .forms import ProbeForm, ProblemFilterForm, UploadForm
+from . import services
+from .forms import ProblemFilterForm, UploadForm
 from .models import Problem, ProblemSet
 from .uploads import UploadLimitHandler
 
@@ -114,15 +111,13 @@ def problem_set_detail(request: HttpRequest, pk: int) -> HttpResponse:
 SHOWN_PROBE_IDS = 200
 
 
-def probe_context(request: HttpRequest, problem_set: ProblemSet, page, probe_form: ProbeForm | None = None) -> dict:
+def probe_context(request: HttpRequest, problem_set: ProblemSet, page) -> dict:
     """The set page's difficulty card: the latest probe (progress while it runs), the latest finished one
-    (histogram, never/always solved lists, the table's pass-rate column) and the form."""
-    latest = probes.latest_probe(problem_set)
-    finished = latest if latest is not None and latest.status == "done" else probes.latest_finished_probe(problem_set)
-    # The form starts from the latest probe's model and sample count: estimating again keeps them.
-    initial = {"model": latest.model, "samples": latest.samples} if latest is not None else {}
-    context = {"probe": latest, "probe_done": finished,
-               "probe_form": probe_form or ProbeForm(user=request.user, initial=initial)}
+    (histogram, never/always solved lists, the table's pass-rate column); its form is the probes app's
+    (the template's ``probe_form`` tag)."""
+    latest = problem_set.latest_probe()
+    finished = latest if latest is not None and latest.status == "done" else problem_set.latest_finished_probe()
+    context = {"probe": latest, "probe_done": finished}
     if finished is not None:
         rates = finished.solve_rates()
         for row in page:  # the page's rows are a list from here on: the template sees these attributes
@@ -197,26 +192,3 @@ def problem_set_validate(request: HttpRequest, pk: int) -> HttpResponse:
     services.enqueue_validation(problem_set)
     messages.success(request, "Validation queued.")
     return redirect("problems:detail", pk)
-
-
-@require_POST
-def problem_set_probe(request: HttpRequest, pk: int) -> HttpResponse:
-    problem_set = get_object_or_404(visible_sets(request), pk=pk)
-    form = ProbeForm(request.POST, user=request.user)
-    if form.is_valid():
-        try:
-            probes.request_probe(problem_set, request.user, form.cleaned_data["model"], None,
-                                 form.cleaned_data["samples"])
-        except ConfigError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-        except probes.ProbeConflict as exc:
-            form.add_error(None, str(exc))
-        else:
-            messages.success(request, "Difficulty probe queued on the gpu workers.")
-            return redirect(f"{reverse('problems:detail', args=[pk])}#probe")
-    _, problems = filtered_problems(problem_set, {})
-    page = Paginator(problems, PAGE_SIZE).get_page(1)
-    return render(request, "problems/detail.html", {
-        "ps": problem_set, "form": ProblemFilterForm(), "page": page, "query": "",
-        "in_use": services.active_runs(problem_set), **probe_context(request, problem_set, page, form),
-    }, status=400)

@@ -8,9 +8,8 @@ Live events that arrive meanwhile are held (at most ``HELD_MAX``; past that they
 from the log instead, where they were stored before they were broadcast) and sent after the replay,
 and the ``seq`` check drops the ones the replay already sent. A replayed ``step`` carries its
 ``mismatch_warning`` as a live one does, and a page's ``problem`` and ``eval`` events the per-problem
-rows and sandbox-health counts as stored now (``page_read_models``). A ``problem`` event stored before
-``solve_rate`` was its name is sent as ``parse_event`` reads it (with ``solve_rate``), as a live one is.
-It never writes to the database.
+rows and sandbox-health counts as stored now (``page_read_models``). Messages are built by
+``messages.run_message``, live and replayed alike. It never writes to the database.
 """
 from __future__ import annotations
 
@@ -27,14 +26,12 @@ from django.db import close_old_connections
 from django.db.models import Max, Q, TextField
 from django.db.models.functions import Cast
 
-from training.events import EventError, parse_event
-
 from webapp.core.consumers import JsonFrameConsumer
 from webapp.core.groups import run_group
 
 from . import queries
+from .messages import run_message
 from .models import Run, RunEvent
-from .runtime import step_message_extras
 
 REPLAY_PAGE = 100
 """Stored events read per database query of a replay (what one connection holds at a time)."""
@@ -105,25 +102,9 @@ def _read_page(run_id: int, after_seq: int, since: int | None) -> list[tuple[int
 
 
 def replay_message(run_id: int, seq: int, kind: str, text: str, config: dict, extras: dict | None = None) -> str:
-    """The websocket message of a stored event: its payload plus ``run_id`` and ``seq`` (and for a
-    ``step`` its ``mismatch_warning``), as ``run_event`` sends a live one; ``extras``: the read models
-    ``page_read_models`` attached to it."""
-    body = text.strip()
-    extras = extras or {}
-    if kind == "problem" and '"solve_rate"' not in body:  # stored before the rename: decoded, read as now
-        payload = json.loads(body)
-        try:
-            payload = parse_event(payload).to_dict()
-        except EventError:
-            pass  # stored as written because it never parsed: sent as stored
-        return json.dumps({**payload, "run_id": run_id, "seq": seq, **extras})
-    if kind == "step" or not (body.startswith("{") and body.endswith("}")):
-        payload = json.loads(body)
-        return json.dumps({**payload, "run_id": run_id, "seq": seq, **step_message_extras(payload, config),
-                           **extras})
-    inner = body[1:-1].strip()
-    added = "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in extras.items())
-    return "{" + inner + (", " if inner else "") + f'"run_id": {run_id}, "seq": {seq}' + added + "}"
+    """The websocket message of a stored event, as ``run_message`` builds a live one; ``extras``: the read
+    models ``page_read_models`` attached to it."""
+    return json.dumps(run_message(run_id, seq, json.loads(text), config, extras))
 
 
 def page_read_models(run_id: int, page: list[tuple[int, str, str]]) -> dict[int, dict]:

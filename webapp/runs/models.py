@@ -1,7 +1,8 @@
 """Training runs and everything a run records (its event log and the tables built from it).
 
-`Run` owns its status transitions (each inside ``transaction.atomic()`` + ``select_for_update()`` so a
-supervisor, a cancel click and a stale check never interleave). The other models are read models
+`Run` is a ``TrainerJob`` (webapp.core.models: claim, heartbeat, finish, lost workers, the pid-reuse
+check) and owns its status transitions (each inside ``transaction.atomic()`` + ``select_for_update()`` so
+a supervisor, a cancel click and a stale check never interleave). The other models are read models
 filled by ``services.ingest_event`` from the trainer's ``events.jsonl``; ``RunEvent`` is the
 append-only log the websocket replays from.
 """
@@ -14,7 +15,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from training.events import DONE_STATUSES
-from webapp.core.models import OwnedQuerySet
+from webapp.core.models import OwnedQuerySet, TrainerJob
 
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
 FINISHED_STATUSES = DONE_STATUSES
@@ -29,8 +30,17 @@ class TransitionError(ValueError):
     """A status change that the run's current status does not allow; the message says why."""
 
 
-class Run(models.Model):
+class RunQuerySet(OwnedQuerySet):
+    def active(self):
+        """Runs queued, running or cancelling (a set they use cannot be deleted)."""
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+
+class Run(TrainerJob):
     Status = models.TextChoices("Status", [(s.upper(), s) for s in ACTIVE_STATUSES + FINISHED_STATUSES])
+    WAITING = ("queued",)
+    SUPERVISED = SUPERVISED_STATUSES
+    FINISHED = FINISHED_STATUSES
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
@@ -39,14 +49,9 @@ class Run(models.Model):
                                     related_name="runs")
     config = models.JSONField(default=dict, help_text="the full merged run config (training.config)")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
-    error = models.TextField(blank=True, default="")
     step = models.IntegerField(default=0, help_text="last RL step reported by the trainer")
     steps = models.IntegerField(default=0, help_text="train.steps of the config")
     celery_task_id = models.CharField(max_length=64, blank=True, default="")
-    worker_host = models.CharField(max_length=255, blank=True, default="")
-    worker_pid = models.IntegerField(null=True, blank=True, help_text="pid of the supervising task")
-    trainer_pid = models.IntegerField(null=True, blank=True)
-    heartbeat = models.DateTimeField(null=True, blank=True)
     run_dir = models.CharField(max_length=500, blank=True, default="")
     events_offset = models.BigIntegerField(default=0, help_text="bytes of events.jsonl already ingested")
     events_seq = models.IntegerField(default=0, help_text="lines of events.jsonl already ingested")
@@ -55,10 +60,8 @@ class Run(models.Model):
                                       "automatically when a gpu worker starts")
     auto_resumes = models.IntegerField(default=0, help_text="resumes made automatically after worker shutdowns")
     created = models.DateTimeField(auto_now_add=True)
-    started = models.DateTimeField(null=True, blank=True)
-    finished = models.DateTimeField(null=True, blank=True)
 
-    objects = OwnedQuerySet.as_manager()
+    objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created"]
@@ -84,34 +87,34 @@ class Run(models.Model):
 
     # ---- state transitions (each locks the row and re-reads the status it decides on) --------------
 
-    def _locked(self) -> "Run":
-        return Run.objects.select_for_update().get(pk=self.pk)
+    @property
+    def trainer_marker(self) -> str:
+        return str(self.path / "run.yaml")
 
-    def _refresh_from(self, locked: "Run") -> None:
-        for f in self._meta.concrete_fields:
-            setattr(self, f.attname, getattr(locked, f.attname))
+    def on_claim(self) -> None:
+        self.started = self.started or timezone.now()  # a resumed run keeps its first start
 
-    def claim(self, *, host: str, pid: int) -> bool:
-        """queued -> running for the supervisor on ``host``/``pid``; False when the run is not queued."""
-        with transaction.atomic():
-            run = self._locked()
-            if run.status != Run.Status.QUEUED:
-                self._refresh_from(run)
-                return False
-            run.status = Run.Status.RUNNING
-            run.error = ""
-            run.worker_host, run.worker_pid, run.trainer_pid = host, pid, None
-            run.heartbeat = timezone.now()
-            run.started = run.started or timezone.now()
-            run.finished = None
-            run.save()
-            self._refresh_from(run)
-            return True
+    def record_line(self, *, seq: int, offset: int | None, step: int | None) -> None:
+        """Line ``seq`` of events.jsonl is stored: where its follower goes on (``offset``, bytes through
+        the line; None: not a follower's read), the ``step`` a new step event reached, and a heartbeat."""
+        updates: dict = {"heartbeat": timezone.now()}
+        if offset is not None:
+            updates.update(events_offset=offset, events_seq=seq + 1)
+            self.events_offset, self.events_seq = offset, seq + 1
+        if step is not None:
+            updates["step"] = self.step = step
+        Run.objects.filter(pk=self.pk).update(**updates)
+
+    def stop_for_shutdown(self, attempt: int) -> None:
+        """The gpu worker supervising this attempt is being stopped: when the run ends, it is resumed
+        automatically once a gpu worker starts (set first, so that a supervisor killed meanwhile still
+        leaves a run the next sweep resumes)."""
+        Run.objects.filter(pk=self.pk, resume_count=attempt, status=Run.Status.RUNNING).update(auto_resume=True)
 
     def request_cancel(self) -> str:
         """Cooperative stop: a queued run is cancelled at once, a running one goes to cancelling."""
         with transaction.atomic():
-            run = self._locked()
+            run = Run.objects.select_for_update().get(pk=self.pk)
             if run.status == Run.Status.QUEUED:
                 run.status, run.finished = Run.Status.CANCELLED, timezone.now()
             elif run.status == Run.Status.RUNNING:
@@ -129,7 +132,7 @@ class Run(models.Model):
         user resumed, or that failed again since, is left alone). Any resume settles a pending one.
         """
         with transaction.atomic():
-            run = self._locked()
+            run = Run.objects.select_for_update().get(pk=self.pk)
             if run.status not in RESUMABLE_STATUSES:
                 raise TransitionError(f"run {run.pk} is {run.status}; only a failed or cancelled run can be resumed")
             if automatic and not run.auto_resume:
@@ -142,20 +145,11 @@ class Run(models.Model):
             run.save()
             self._refresh_from(run)
 
-    def finish(self, status: str, error: str = "") -> bool:
+    def finish(self, status: str, error: str = "", **fields) -> bool:
         """Any active status -> succeeded | failed | cancelled; False (nothing changed) if already finished."""
         if status not in FINISHED_STATUSES:
             raise TransitionError(f"{status!r} is not a final status; use one of {', '.join(FINISHED_STATUSES)}")
-        with transaction.atomic():
-            run = self._locked()
-            if run.status in FINISHED_STATUSES:
-                self._refresh_from(run)
-                return False
-            run.status, run.error, run.finished = status, error or "", timezone.now()
-            run.trainer_pid = None
-            run.save()
-            self._refresh_from(run)
-            return True
+        return super().finish(status, error, **fields)
 
 
 def status_groups() -> dict:

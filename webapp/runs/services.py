@@ -8,9 +8,9 @@
   model name the user gave.
 - ``cancel_run`` / ``resume_run``: status changes; resume re-enqueues with ``--resume``.
 - ``ingest_event``: store one line of ``events.jsonl`` (idempotent by its line number ``seq``), update
-  the read models and broadcast it to the channel group ``run-<id>`` (a ``step`` with its
-  ``mismatch_warning``, see ``runtime.step_message_extras``; a ``problem`` or ``eval`` with the table rows
-  it changed, see ``queries.event_read_models``). Each line is read with training's
+  the read models and broadcast it to the channel group ``run-<id>`` as ``messages.run_message`` builds
+  it (a ``step`` with its ``mismatch_warning``; a ``problem`` or ``eval`` with the table rows it changed,
+  see ``queries.event_read_models``), the one builder of live and replayed messages. Each line is read with training's
   ``parse_event`` and stored as its definition writes it (old names read as the new ones); a line that
   does not parse is stored as written and changes no read model. The stored and broadcast copy of a
   ``problem`` or ``eval`` event is its summary (``event_summary``): candidates live in their rows.
@@ -40,16 +40,16 @@ from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.outage import OutageLog
 from webapp.core.text import name_problem
-from webapp.problems.probes import check_run_filter, probe_output, resolve_run_probe
 from webapp.problems.services import write_problems_jsonl
 
 from . import queries
 from .checkpoints import STATE_DIR, resolve_checkpoint_dir
 from .config import merge_config, trainer_config, validate_config
+from .difficulty import check_run_filter, resolve_run_probe
 from .event_summary import summarize
 from .model_refs import check_hub_model
 from .models import FINISHED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
-from .runtime import step_message_extras
+from .messages import run_message
 
 log = logging.getLogger("crucible.runs")
 channel_layer_outage = OutageLog(log, "the channel layer (Redis)")
@@ -88,7 +88,7 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         full["problems"] = str(Path(problems_path).resolve())
         trainer = trainer_config(full, owner)
         if probe is not None:  # the run's own copy, like its problems: the set (and its probes) may go
-            copied = shutil.copyfile(probe_output(probe), run_dir / "probe.jsonl")
+            copied = shutil.copyfile(probe.output_file, run_dir / "probe.jsonl")
             trainer = merge_config(trainer, {"difficulty": {"probe": str(Path(copied).resolve())}})
         save_config(config_from_dict(trainer), run_dir / "run.yaml")
         run.config, run.run_dir = full, str(run_dir.resolve())
@@ -179,22 +179,17 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if kind == "start":
         event = public_start(run, event)
     step = event_step(event)
+    summary = summarize(event)
     try:
         with transaction.atomic():
             if RunEvent.objects.filter(run=run, seq=seq).exists():
                 created = False
             else:
-                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=summarize(event))
+                RunEvent.objects.create(run=run, seq=seq, kind=kind[:20], step=step, payload=summary)
                 created = True
                 if parsed is not None:
                     _apply(run, parsed)  # the whole event: candidates become their rows here
-            updates = {"heartbeat": timezone.now()}
-            if offset is not None:
-                updates.update(events_offset=offset, events_seq=seq + 1)
-                run.events_offset, run.events_seq = offset, seq + 1
-            if created and kind == "step" and step is not None:
-                updates["step"] = run.step = step
-            Run.objects.filter(pk=run.pk).update(**updates)
+            run.record_line(seq=seq, offset=offset, step=step if created and kind == "step" else None)
     except IntegrityError:  # another follower stored the same line first
         return False
     if not created:
@@ -214,8 +209,7 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
     if broadcast:
         # The rows this event changed as stored just now (this run's events are ingested one at a time).
         read_models = queries.event_read_models(run, event) if parsed is not None else {}
-        broadcast_event(run.pk, {**summarize(event), "run_id": run.pk, "seq": seq,
-                                 **step_message_extras(event, run.config), **read_models})
+        broadcast_event(run.pk, run_message(run.pk, seq, summary, run.config, read_models))
     return True
 
 

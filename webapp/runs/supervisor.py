@@ -22,13 +22,12 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
 from webapp.core import trainer_process
-from webapp.core.trainer_process import STALE_AFTER, EventFollower, pid_alive, signal_group
+from webapp.core.trainer_process import STALE_AFTER, EventFollower, exit_text, follow_child, signal_group
 
 from . import model_refs, services
 from .models import SUPERVISED_STATUSES, Run, TransitionError
@@ -120,7 +119,7 @@ def supervise_run(run_id: int) -> str:
     except OSError as exc:
         services.finish_run(run, Run.Status.FAILED, f"could not start the trainer: {exc}")
         return f"run {run_id} failed to start"
-    Run.objects.filter(pk=run.pk).update(trainer_pid=proc.pid)
+    run.record_trainer(proc.pid)
     attempt = run.resume_count
     stopping = False
     try:
@@ -169,7 +168,7 @@ def _wait_recording(run: Run, exited, timeout_s: float) -> None:
             ingest_new_events(run, follower, apply_done=False)
             if time.monotonic() - last_beat >= DB_CHECK_S:
                 last_beat = time.monotonic()
-                Run.objects.filter(pk=run.pk).update(heartbeat=timezone.now())
+                run.beat()
             time.sleep(POLL_S)
         ingest_new_events(run, follower, apply_done=False)
     finally:
@@ -183,7 +182,7 @@ def _stop_for_shutdown(run: Run, proc: subprocess.Popen, attempt: int) -> None:
     that the next sweep resumes. A trainer still saving after ``SHUTDOWN_WAIT_S`` is left to finish
     (its checkpoint is worth more than a prompt exit); the next sweep records its last lines.
     """
-    Run.objects.filter(pk=run.pk, resume_count=attempt, status=Run.Status.RUNNING).update(auto_resume=True)
+    run.stop_for_shutdown(attempt)
     signal_group(proc.pid, signal.SIGTERM)
     _wait_recording(run, proc.poll, SHUTDOWN_WAIT_S)
     run.refresh_from_db()
@@ -196,33 +195,22 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
     step; a trainer that has not finished a step yet (loading a model, waiting on the hub, starting an
     engine, the first evaluation) has nothing to save and may be deaf to signals inside those calls,
     so it is killed after ``STARTUP_CANCEL_GRACE_S`` and the run ends ``cancelled`` at once."""
-    last_check = 0.0
-    term_sent: float | None = None
-    done_seen = stepped = False
-    while True:
-        rc = proc.poll()
-        kinds = {e.get("event") for e in ingest_new_events(run, follower)}
-        if rc is not None:
-            kinds |= {e.get("event") for e in ingest_new_events(run, follower)}
-        done_seen |= "done" in kinds
-        stepped |= "step" in kinds
-        if rc is not None:
-            break
-        now = time.monotonic()
-        if now - last_check >= DB_CHECK_S:
-            last_check = now
-            status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
-            Run.objects.filter(pk=run.pk).update(heartbeat=timezone.now())
-            if status == Run.Status.CANCELLING and term_sent is None:
-                signal_group(proc.pid, signal.SIGTERM)
-                term_sent = now
-            elif status is None:  # the run was deleted
-                signal_group(proc.pid, signal.SIGTERM)
-                term_sent = term_sent or now
-        starting = not stepped and not done_seen
-        if term_sent is not None and now - term_sent > (STARTUP_CANCEL_GRACE_S if starting else CANCEL_GRACE_S):
-            signal_group(proc.pid, signal.SIGKILL)
-        time.sleep(POLL_S)
+    seen: set = set()
+
+    def on_lines(lines) -> None:
+        for seq, event, offset in lines:
+            services.ingest_event(run, event, seq=seq, offset=offset)
+            seen.add(event.get("event"))
+
+    def check() -> float | None:
+        status = run.beat()
+        if status == Run.Status.CANCELLING or status is None:  # cancelled, or the run was deleted
+            starting = "step" not in seen and "done" not in seen
+            return STARTUP_CANCEL_GRACE_S if starting else CANCEL_GRACE_S
+        return None
+
+    rc = follow_child(proc, follower, on_lines=on_lines, check=check, poll_s=POLL_S, check_s=DB_CHECK_S)
+    done_seen, stepped = "done" in seen, "step" in seen
     run.refresh_from_db()
     if run.resume_count != attempt:
         # The trainer's `done` finished the run and the user resumed it before this trainer process
@@ -235,26 +223,14 @@ def _follow(run: Run, proc: subprocess.Popen, follower: EventFollower, attempt: 
                             if stepped else "cancelled while the trainer was starting (before its first step)")
     else:
         tail = stderr_tail(run)
-        how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
-        services.finish_run(run, Run.Status.FAILED, f"the trainer exited ({how}) before finishing"
+        services.finish_run(run, Run.Status.FAILED, f"the trainer exited ({exit_text(rc)}) before finishing"
                             + (f":\n{tail}" if tail else ""))
     return f"run {run.pk} {run.status}"
 
 
 def supervisor_is_alive(run: Run) -> bool:
     """Whether the run's supervisor may still be at work (same host: its pid; elsewhere: its heartbeat)."""
-    return trainer_process.worker_alive(run.worker_host, run.worker_pid, run.heartbeat)
-
-
-def is_trainer_of(pid: int | None, run: Run) -> bool:
-    """Whether process ``pid`` (on this host) is alive and a trainer of ``run`` (a reused pid is not)."""
-    if not pid_alive(pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return str(run.path / "run.yaml").encode() in cmdline.split(b"\0")
+    return run.worker_is_alive()
 
 
 def trainer_may_be_running(run: Run) -> bool:
@@ -264,7 +240,7 @@ def trainer_may_be_running(run: Run) -> bool:
     ``STALE_AFTER`` does (a trainer saving a checkpoint, or one still training, writes its lines then).
     """
     if run.worker_host == socket.gethostname():
-        return is_trainer_of(run.trainer_pid, run)
+        return run.is_trainer()
     try:
         return time.time() - (run.path / "events.jsonl").stat().st_mtime < STALE_AFTER.total_seconds()
     except OSError:
@@ -338,17 +314,13 @@ def adopt_lost_run(run: Run, *, host: str, pid: int) -> str:
     this task becomes its supervisor (heartbeat included) until it exits. A trainer on another host
     is left to the lost-run sweep.
     """
-    lost = f"{run.worker_host}:{run.worker_pid}" if run.worker_host else "unknown worker"
-    reason = f"the worker supervising this run ({lost}) died"
-    if run.worker_host == host and is_trainer_of(run.trainer_pid, run):
-        taken = Run.objects.filter(pk=run.pk, worker_host=run.worker_host, worker_pid=run.worker_pid,
-                                   status__in=SUPERVISED_STATUSES) \
-            .update(worker_pid=pid, heartbeat=timezone.now())
-        if not taken:
+    reason = f"the worker supervising this run ({run.worker_label}) died"
+    if run.worker_host == host and run.is_trainer():
+        if not run.take_over(pid=pid):
             return f"run {run.pk} was taken over by another supervisor"
         trainer_pid = run.trainer_pid
-        _wait_recording(run, lambda: None if is_trainer_of(trainer_pid, run) else True, CANCEL_GRACE_S)
-        if is_trainer_of(trainer_pid, run):
+        _wait_recording(run, lambda: None if run.is_trainer(trainer_pid) else True, CANCEL_GRACE_S)
+        if run.is_trainer(trainer_pid):
             signal_group(trainer_pid, signal.SIGKILL)
             reason += f"; its trainer did not stop within {CANCEL_GRACE_S} s and was killed"
     outcome = settle_lost_run(run, reason)
@@ -362,13 +334,8 @@ def fail_lost_runs() -> list[int]:
     """Runs whose supervisor died (worker restart, host loss): their trainers' last lines recorded, then
     their verdict (see ``settle_lost_run``); then the runs a shutdown stopped are resumed. Returns the
     ids of the runs given a verdict."""
-    lost = []
-    for run in Run.objects.filter(status__in=SUPERVISED_STATUSES):
-        if not supervisor_is_alive(run):
-            where = f"{run.worker_host}:{run.worker_pid}" if run.worker_host else "unknown worker"
-            if settle_lost_run(run, f"the worker supervising this run ({where}) died"):
-                lost.append(run.pk)
-    return lost
+    return [run.pk for run in Run.lost()
+            if settle_lost_run(run, f"the worker supervising this run ({run.worker_label}) died")]
 
 
 def resume_interrupted_runs() -> list[int]:

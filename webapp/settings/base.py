@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "webapp.core",
     "webapp.problems",
     "webapp.runs",
+    "webapp.probes",
 ]
 
 MIDDLEWARE = [
@@ -136,6 +137,7 @@ CELERY_TASK_ROUTES = {
     "runs.*": {"queue": "gpu"},
     "problems.probe": {"queue": "gpu"},  # samples from a model: where the GPUs are
     "problems.*": {"queue": "sandbox"},
+    "probes.*": {"queue": "sandbox"},
     "core.*": {"queue": "sandbox"},
 }
 CELERY_TASK_ACKS_LATE = True
@@ -156,6 +158,7 @@ CELERY_BEAT_SCHEDULE = {
     "republish-queued-runs": {"task": "runs.republish_queued_runs", "schedule": 30.0, "options": {"expires": 25}},
     "republish-pending-validations": {"task": "problems.republish_pending_validations", "schedule": 30.0,
                                       "options": {"expires": 25}},
+    "sweep-probes": {"task": "probes.sweep", "schedule": 30.0, "options": {"expires": 25}},
 }
 # A run supervisor survives a broker reconnect; a redelivered copy finds the run owned and stops.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

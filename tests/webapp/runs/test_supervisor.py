@@ -137,6 +137,22 @@ def test_a_run_whose_worker_died_is_marked_failed_and_keeps_its_events(run):
     assert RunEvent.objects.filter(run=run).count() == 2 and run.step == 1
 
 
+def test_a_lost_runs_message_quotes_the_trainers_last_step_not_an_older_one(run):
+    # Issue 31: a run lost at step 126 was told "last trainer stderr: step 107/300 ...": the twenty lines
+    # quoted were steps 107..126, the oldest first. Only the last progress line is quoted now.
+    assert run.claim(host=socket.gethostname(), pid=2 ** 22 + 7)  # no such process
+    write_events(run.path / "events.jsonl", [step_event(step) for step in range(1, 127)])
+    (run.path / "stderr.log").write_text("".join(
+        f"step {step}/300 | 1.0 s/step | ETA 3m | reward 0.100 | pass 0.000 | kl 0.0000\n"
+        + ("UserWarning: something the trainer said once\n" if step == 100 else "") for step in range(1, 127)))
+    assert fail_lost_runs() == [run.pk]
+    run.refresh_from_db()
+    quoted = run.error.split("last trainer stderr:\n", 1)[1].splitlines()
+    assert run.step == 126
+    assert quoted == ["UserWarning: something the trainer said once",
+                      "step 126/300 | 1.0 s/step | ETA 3m | reward 0.100 | pass 0.000 | kl 0.0000"]
+
+
 def test_the_trainer_dies_with_its_supervisor():
     code = (
         "import os, subprocess, sys, django; django.setup();"

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 
 from webapp.accounts.models import ApiToken
 from webapp.asgi import application
+from webapp.runs.models import RunEvent
 from webapp.runs.services import ingest_event
 
 from tests.factories import eval_event, problem_event, step_event
@@ -82,14 +83,21 @@ async def test_after_seq_resumes_exactly_where_a_dropped_page_left_off():
     await communicator.disconnect()
 
 
-def test_a_problem_event_stored_before_solve_rate_is_replayed_with_it():
+@pytest.mark.django_db
+def test_a_problem_event_stored_before_solve_rate_is_upgraded_once_and_replayed_as_stored(run):
+    from importlib import import_module
+
+    from django.apps import apps
+
     from webapp.runs.consumers import replay_message
 
     old = {"event": "problem", "step": 1, "problem_id": "a", "pass_rate": 0.5, "zero_variance": False,
            "candidates": [{"index": 0, "reward": 1.0, "result": {"status": "passed"}}], "summarized": True}
-    message = json.loads(replay_message(7, 3, "problem", json.dumps(old), {}))
-    assert message == {**old, "solve_rate": 0.5, "run_id": 7, "seq": 3}
-    current = {**old, "solve_rate": 0.5}
+    stored = RunEvent.objects.create(run=run, seq=3, kind="problem", step=1, payload=old)
+    import_module("webapp.runs.migrations.0011_problem_events_solve_rate").upgrade(apps, None)
+    stored.refresh_from_db()
+    assert stored.payload == {**old, "solve_rate": 0.5}
+    current = stored.payload
     assert json.loads(replay_message(7, 3, "problem", json.dumps(current), {})) == {**current, "run_id": 7, "seq": 3}
 
 

@@ -9,13 +9,13 @@ import yaml
 
 from training.config import ConfigError
 from training.difficulty import ProblemDifficulty, summarize
-from webapp.problems import probes
+from webapp.probes import services as probes
 from webapp.problems.models import Probe, ProblemSet
 
 from tests.factories import finished_run, install_model_stub, jsonl
 from tests.webapp.conftest import wait_for
 
-from .conftest import ECHO, GOOD, upload_file
+from tests.webapp.problems.conftest import ECHO, GOOD, upload_file
 
 MUL = {**GOOD, "id": "mul", "prompt": "def mul(a, b):\n", "entry_point": "mul", "tests": ["assert mul(2, 3) == 6"],
        "reference_solution": "def mul(a, b):\n    return a * b\n"}
@@ -44,7 +44,7 @@ def finished_probe(ps, user, rows, samples=4) -> Probe:
     probe = Probe.objects.create(problem_set=ps, requested_by=user, model="models/tiny", samples=samples,
                                  status="done", total=len(rows), done=len(rows),
                                  results=[r.to_dict() for r in results], summary=summarize(results))
-    out = probes.probe_dir(ps.pk, probe.pk) / "probe.jsonl"
+    out = probe.directory / "probe.jsonl"
     out.parent.mkdir(parents=True)
     out.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in results)
                    + json.dumps({"summary": probe.summary}) + "\n")
@@ -97,7 +97,7 @@ def test_a_probe_whose_worker_died_is_failed_and_no_longer_blocks_the_set(client
 
     from django.utils import timezone
 
-    from webapp.problems.tasks import republish_pending_validations
+    from webapp.probes.tasks import sweep
 
     monkeypatch.setattr(probes, "publish_probe", lambda pk: True)
     ps = make_set(GOOD, ECHO)
@@ -108,9 +108,9 @@ def test_a_probe_whose_worker_died_is_failed_and_no_longer_blocks_the_set(client
                      worker_host="gpu-host-2", worker_pid=1234)
     alive = Probe.objects.create(**elsewhere, heartbeat=now)
     stale = Probe.objects.create(**elsewhere, heartbeat=now - timedelta(minutes=10))
-    assert not probes.worker_alive(lost) and probes.worker_alive(alive) and not probes.worker_alive(stale)
+    assert not lost.worker_is_alive() and alive.worker_is_alive() and not stale.worker_is_alive()
 
-    republish_pending_validations()  # the beat task
+    sweep()  # the beat task
     for probe in (lost, stale):
         probe.refresh_from_db()
         assert probe.status == "failed" and "died before it finished" in probe.error and probe.finished
@@ -141,12 +141,19 @@ def test_the_set_reports_a_finished_probes_pass_rates(client_alice, make_set, us
 
 
 @pytest.mark.django_db
-def test_a_probe_stored_before_the_rename_shows_its_solve_rates(client_alice, make_set, user, stub_dirs):
+def test_a_probe_stored_before_the_rename_is_upgraded_once_and_shows_its_solve_rates(client_alice, make_set, user,
+                                                                                     stub_dirs):
+    from django.apps import apps
+    from importlib import import_module
+
     ps = make_set(GOOD, ECHO)
     probe = finished_probe(ps, user, {"add": 1, "echo-sum": 3})
     Probe.objects.filter(pk=probe.pk).update(  # as stored then: pass_rate and mean_pass_rate only
         results=[{k: v for k, v in r.items() if k != "solve_rate"} for r in probe.results],
         summary={k: v for k, v in probe.summary.items() if k != "mean_solve_rate"})
+    import_module("webapp.problems.migrations.0006_probe_solve_rate").upgrade(apps, None)
+    probe.refresh_from_db()
+    assert probe.summary["mean_solve_rate"] == probe.summary["mean_pass_rate"] == 0.5
     got = client_alice.get(f"/api/problem-sets/{ps.pk}").json()["probe"]
     assert [(r["problem_id"], r["solve_rate"]) for r in got["results"]] == [("add", 0.25), ("echo-sum", 0.75)]
     assert got["summary"]["mean_solve_rate"] == 0.5
@@ -268,12 +275,12 @@ def test_a_run_with_a_drop_rule_filters_by_the_sets_latest_finished_probe(user, 
     assert run.config["difficulty"] == {"probe": probe.reference, "drop_unsolved": True, "drop_solved": True}
     trainer = yaml.safe_load((run.path / "run.yaml").read_text())["difficulty"]
     assert trainer["probe"] == str((run.path / "probe.jsonl").resolve())
-    assert (run.path / "probe.jsonl").read_text() == probes.probe_output(probe).read_text()  # the run's own copy
+    assert (run.path / "probe.jsonl").read_text() == probe.output_file.read_text()  # the run's own copy
     # a named probe of the set is taken as named; a path, or a probe of another set, never
     named = create_run(user, "named", ps, {"difficulty": {"probe": older.reference, "drop_solved": True}})
     assert named.config["difficulty"]["probe"] == older.reference
     other = finished_probe(make_set(GOOD, name="other"), user, {"add": 0})
-    for bad in (str(probes.probe_output(probe)), other.reference, "probe:999999"):
+    for bad in (str(probe.output_file), other.reference, "probe:999999"):
         with pytest.raises(ConfigError) as exc:
             create_run(user, "bad", ps, {"difficulty": {"probe": bad, "drop_unsolved": True}})
         assert exc.value.field == "difficulty.probe"
@@ -361,8 +368,8 @@ def test_deleting_a_set_removes_its_probes_and_their_files(client_alice, make_se
                                                            django_capture_on_commit_callbacks):
     ps = make_set(GOOD)
     probe = finished_probe(ps, user, {"add": 1})
-    assert probes.probe_output(probe).is_file()
+    assert probe.output_file.is_file()
     with django_capture_on_commit_callbacks(execute=True):
         assert client_alice.delete(f"/api/problem-sets/{ps.pk}").status_code == 204
     assert not Probe.objects.exists()
-    assert not probes.set_data_dir(ps.pk).exists()
+    assert not ps.data_dir.exists()

@@ -1,5 +1,7 @@
 """Difficulty probes of problem sets (docs/design.md "Training CLI: tiny-model architectures and the
-difficulty probe" and the API table's probe row, issue #11).
+difficulty probe" and the API table's probe row, issue #11). The ``Probe`` row is the set's
+(``webapp.problems.models``, a ``TrainerJob``); the job is this app's, on top of problems and runs
+(it names models as the run form does), so that neither of those imports the other's way back.
 
 - ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
   a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound
@@ -7,47 +9,44 @@ difficulty probe" and the API table's probe row, issue #11).
   ``gpu`` queue) after the commit.
 - ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
   as a child process (``webapp.core.trainer_process``, as for a run): the set written out as native
-  JSONL and the output file under the set's data dir (``PROBLEM_SETS_DIR/<set>/probes/<probe>/``),
+  JSONL and the output file under the set's data dir (``Probe.directory``),
   progress counted from the output lines as they appear, the owner's pages notified, the results
   stored when it ends.
-- ``resolve_run_probe``: what a run's ``difficulty.probe`` names (``probe:<id>`` or, with a drop rule
-  on, the set's latest finished probe), for ``runs.services.create_run``.
 """
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from training.config import ConfigError, config_from_dict, save_config
-from training.difficulty import ProbeFileError, ProblemDifficulty, ProbeReport, drop_by_difficulty, read_probe
+from training.difficulty import ProbeFileError, read_probe
 
 from webapp.core import trainer_process
 from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
-from webapp.runs.config import PROBE_REFERENCE, default_config, merge_config
+from webapp.problems.models import Probe, ProblemSet
+from webapp.problems.services import notify_owner, write_problems_jsonl
+from webapp.runs.config import default_config, merge_config
 from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
 from webapp.runs.models import Run
 from webapp.runs.presets import presets
-
-from .models import Probe, ProblemSet
-from .services import notify_owner, write_problems_jsonl
 
 log = logging.getLogger("crucible.problems")
 
 POLL_S = 0.2
 """How often the supervisor looks at the child and its output."""
-HEARTBEAT_S = 10.0
-"""How often a running probe's supervisor records that it is alive (``Probe.heartbeat``)."""
+CHECK_S = 1.0
+"""How often a running probe's supervisor records that it is alive (``Probe.heartbeat``) and looks for
+its row (a deleted set's probe stops)."""
 DEFAULT_SAMPLES = 8
 KILL_GRACE_S = 10
 """A probe stopped (its set deleted, its supervisor failing) has this long to exit before it is killed."""
@@ -55,22 +54,6 @@ KILL_GRACE_S = 10
 
 class ProbeConflict(Exception):
     """The set cannot be probed now (a probe is under way, or its problems are not imported)."""
-
-
-def probe_dir(problem_set_id: int, probe_id: int) -> Path:
-    return Path(settings.PROBLEM_SETS_DIR) / str(problem_set_id) / "probes" / str(probe_id)
-
-
-def set_data_dir(problem_set_id: int) -> Path:
-    return Path(settings.PROBLEM_SETS_DIR) / str(problem_set_id)
-
-
-def latest_probe(problem_set: ProblemSet) -> Probe | None:
-    return problem_set.probes.order_by("-created", "-id").first()
-
-
-def latest_finished_probe(problem_set: ProblemSet) -> Probe | None:
-    return problem_set.probes.filter(status=Probe.Status.DONE).order_by("-finished", "-id").first()
 
 
 # ---- request ----------------------------------------------------------------------------------------
@@ -131,7 +114,7 @@ def request_probe(problem_set: ProblemSet, user, model: str, adapter: str | None
         if locked.import_status != ProblemSet.Import.DONE:
             raise ProbeConflict(f"problem set {locked.pk} has no problems to probe yet (import {locked.import_status})")
         busy = locked.probes.filter(status__in=(Probe.Status.PENDING, Probe.Status.RUNNING)).first()
-        if busy is not None and busy.status == Probe.Status.RUNNING and not worker_alive(busy):
+        if busy is not None and busy.status == Probe.Status.RUNNING and not busy.worker_is_alive():
             busy = None if fail_lost_probe(busy) else busy  # its worker died: it never ends by itself
         if busy is not None:
             raise ProbeConflict(f"a difficulty probe of this set is already {busy.status} (probe {busy.pk}); "
@@ -179,62 +162,58 @@ def probe_command(probe: Probe, resolved, directory: Path) -> list[str]:
 
 def run_probe(probe_id: int) -> Probe | None:
     """Do probe ``probe_id`` (the body of ``problems.probe``); idempotent. A finished probe is left as
-    it is; a running one whose worker is alive elsewhere too; one whose worker died is run again."""
-    host, pid = socket.gethostname(), os.getpid()
-    with transaction.atomic():
-        probe = Probe.objects.select_for_update().filter(pk=probe_id).first()
-        if probe is None or probe.status in (Probe.Status.DONE, Probe.Status.FAILED):
-            return probe
-        if (probe.status == Probe.Status.RUNNING and probe.worker_host == host and probe.worker_pid != pid
-                and trainer_process.pid_alive(probe.worker_pid)):
-            return probe  # a second copy of the task while the first still works
-        probe.status, probe.started, probe.finished = Probe.Status.RUNNING, timezone.now(), None
-        probe.worker_host, probe.worker_pid, probe.done, probe.error = host, pid, 0, ""
-        probe.heartbeat = timezone.now()
-        probe.save(update_fields=["status", "started", "finished", "worker_host", "worker_pid", "done", "error",
-                                  "heartbeat"])
+    it is; a running one whose worker is alive too; one whose worker died is run again (its orphaned
+    child, if it still runs, stopped first: the rerun starts in a clean directory)."""
+    probe = Probe.objects.filter(pk=probe_id).first()
+    if probe is None:
+        return None
+    if probe.status == Probe.Status.RUNNING and not probe.worker_is_alive():
+        stop_orphan(probe)
+    if not probe.claim(host=socket.gethostname(), pid=os.getpid()):
+        return probe
     notify_probe(probe)
     try:
         return _supervise(probe)
     except SystemExit:  # the worker is being stopped: the redelivered task runs the probe again
-        Probe.objects.filter(pk=probe.pk, status=Probe.Status.RUNNING).update(status=Probe.Status.PENDING)
+        probe.release()
         raise
     except Exception as exc:  # the worker lives on; the page says what went wrong
         log.exception("probe %s failed", probe.pk)
         return _finish(probe, error=f"{type(exc).__name__}: {exc}")
 
 
-def worker_alive(probe: Probe) -> bool:
-    """Whether the worker running ``probe`` may still be at work (same host: its pid; elsewhere: its
-    heartbeat, as for runs)."""
-    return trainer_process.worker_alive(probe.worker_host, probe.worker_pid, probe.heartbeat)
+def stop_orphan(probe: Probe) -> None:
+    """Kill the child a dead worker left behind (on this host), if that pid is still the probe's child."""
+    if probe.worker_host == socket.gethostname() and probe.is_trainer():
+        trainer_process.signal_group(probe.trainer_pid, signal.SIGKILL)
 
 
 def fail_lost_probe(probe: Probe) -> bool:
     """Fail running ``probe`` whose worker died (killed, host lost) -> whether this call failed it. Without
-    this a lost probe stays `running`, and its set refuses every new probe."""
-    where = f"{probe.worker_host}:{probe.worker_pid}" if probe.worker_host else "unknown worker"
-    failed = Probe.objects.filter(pk=probe.pk, status=Probe.Status.RUNNING, worker_host=probe.worker_host,
-                                  worker_pid=probe.worker_pid).update(
-        status=Probe.Status.FAILED, finished=timezone.now(),
-        error=f"the worker running this probe ({where}) died before it finished; estimate again")
-    if failed:
-        probe.refresh_from_db()
-        notify_probe(probe)
-        log.warning("probe %s of problem set %s lost its worker (%s)", probe.pk, probe.problem_set_id, where)
-    return bool(failed)
+    this a lost probe stays `running`, and its set refuses every new probe. Its child, if it outlived
+    the worker, is stopped."""
+    with transaction.atomic():
+        locked = Probe.objects.select_for_update().filter(pk=probe.pk).first()
+        if locked is None or locked.status != Probe.Status.RUNNING or locked.worker_is_alive():
+            return False
+        stop_orphan(locked)
+        locked.finish(Probe.Status.FAILED, f"the worker running this probe ({locked.worker_label}) died before it "
+                                           "finished; estimate again")
+    probe.refresh_from_db()
+    notify_probe(probe)
+    log.warning("probe %s of problem set %s lost its worker (%s)", probe.pk, probe.problem_set_id, probe.worker_label)
+    return True
 
 
 def fail_lost_probes() -> list[int]:
     """Fail every running probe whose worker died (beat, with the republishing) -> their ids."""
-    return [probe.pk for probe in Probe.objects.filter(status=Probe.Status.RUNNING)
-            if not worker_alive(probe) and fail_lost_probe(probe)]
+    return [probe.pk for probe in Probe.lost() if fail_lost_probe(probe)]
 
 
 def _supervise(probe: Probe) -> Probe | None:
     try:
         resolved = resolve_model(probe.model, probe.requested_by)
-        directory = probe_dir(probe.problem_set_id, probe.pk)
+        directory = probe.directory
         command = probe_command(probe, resolved, directory)
     except ConfigError as exc:  # the checkpoint is gone since the request
         return _finish(probe, error=f"model: {exc.message}")
@@ -247,35 +226,34 @@ def _supervise(probe: Probe) -> Probe | None:
     out = directory / "probe.jsonl"
     with open(directory / "stdout.log", "wb") as stdout, open(directory / "stderr.log", "wb") as stderr:
         proc = trainer_process.spawn(command, cwd=directory, stdout=stdout, stderr=stderr)
+    probe.record_trainer(proc.pid)
     follower = trainer_process.EventFollower(out)
-    done, beat = 0, time.monotonic()
+    gone = False
+
+    def on_lines(lines) -> None:
+        counted = sum(1 for _, line, _ in lines if "problem_id" in line)
+        if counted and not gone:
+            probe.record_progress(probe.done + counted)
+            notify_probe(probe)
+
+    def check() -> float | None:
+        nonlocal gone
+        gone = probe.beat() is None  # its set was deleted: stop, leave nothing
+        return KILL_GRACE_S if gone else None
+
     try:
-        while True:
-            rc = proc.poll()
-            if time.monotonic() - beat >= HEARTBEAT_S:
-                beat = time.monotonic()
-                Probe.objects.filter(pk=probe.pk).update(heartbeat=timezone.now())
-            lines = follower.read()
-            counted = sum(1 for _, line, _ in lines if "problem_id" in line)
-            if counted:
-                done += counted
-                Probe.objects.filter(pk=probe.pk).update(done=done)
-                probe.done = done
-                notify_probe(probe)
-            if rc is not None:
-                break
-            if not Probe.objects.filter(pk=probe.pk).exists():  # its set was deleted: stop, leave nothing
-                trainer_process.stop(proc, KILL_GRACE_S)
-                shutil.rmtree(directory, ignore_errors=True)
-                return None
-            time.sleep(POLL_S)
+        rc = trainer_process.follow_child(proc, follower, on_lines=on_lines, check=check, poll_s=POLL_S,
+                                          check_s=CHECK_S)
     finally:
         follower.close()
         if proc.poll() is None:
             trainer_process.stop(proc, KILL_GRACE_S)
+    if gone:
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
     if rc != 0:
-        how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
         tail = trainer_process.stderr_tail(directory / "stderr.log")
+        how = trainer_process.exit_text(rc)
         return _finish(probe, error=f"the probe exited ({how})" + (f":\n{tail}" if tail else ""))
     try:
         report = read_probe(out)
@@ -290,39 +268,17 @@ def _supervise(probe: Probe) -> Probe | None:
 
 def _finish(probe: Probe, *, error: str = "", results: list | None = None, summary: dict | None = None,
             output_path: str = "") -> Probe | None:
-    with transaction.atomic():
-        locked = Probe.objects.select_for_update().filter(pk=probe.pk).first()
-        if locked is None:
-            return None
-        locked.status = Probe.Status.FAILED if error else Probe.Status.DONE
-        locked.error = db_safe(error)
-        locked.finished = timezone.now()
-        if not error:
-            locked.results, locked.summary, locked.output_path = db_safe(results), db_safe(summary), output_path
-            locked.done = len(results)
-        locked.save(update_fields=["status", "error", "finished", "results", "summary", "output_path", "done"])
-    notify_probe(locked)
-    log.info("probe %s of problem set %s: %s", locked.pk, locked.problem_set_id, locked.status)
-    return locked
+    fields = {} if error else {"results": db_safe(results), "summary": db_safe(summary), "output_path": output_path,
+                               "done": len(results)}
+    probe.finish(Probe.Status.FAILED if error else Probe.Status.DONE, db_safe(error), **fields)
+    if not Probe.objects.filter(pk=probe.pk).exists():
+        return None
+    notify_probe(probe)
+    log.info("probe %s of problem set %s: %s", probe.pk, probe.problem_set_id, probe.status)
+    return probe
 
 
 # ---- reads ------------------------------------------------------------------------------------------
-
-
-def probe_state(probe: Probe | None, *, results: bool = True) -> dict | None:
-    """The API's ``probe`` object (None before the set's first probe)."""
-    if probe is None:
-        return None
-    state = {"id": probe.pk, "status": probe.status, "model": probe.model, "adapter": probe.adapter or None,
-             "samples": probe.samples, "done": probe.done, "total": probe.total, "error": probe.error,
-             "summary": probe.summary_now(), "reference": probe.reference,
-             "in_progress": probe.in_progress, "progress_text": probe.progress_text,
-             "created": probe.created.isoformat(), "finished": probe.finished.isoformat() if probe.finished else None}
-    rates = probe.solve_rates()
-    state["results"] = [{"problem_id": r["problem_id"], "solve_rate": rates[r["problem_id"]],
-                         "pass_rate": rates[r["problem_id"]], "passed": r["passed"], "samples": r["samples"]}
-                        for r in probe.results] if results else []
-    return state
 
 
 def notify_probe(probe: Probe) -> None:
@@ -330,60 +286,3 @@ def notify_probe(probe: Probe) -> None:
     notify_owner(probe.problem_set, {"event": "probe", "problem_set": probe.problem_set_id, "probe": probe.pk,
                                 "status": probe.status, "done": probe.done, "total": probe.total,
                                 "in_progress": probe.in_progress, "progress_text": probe.progress_text})
-
-
-# ---- runs -------------------------------------------------------------------------------------------
-
-
-def resolve_run_probe(difficulty: dict, problem_set: ProblemSet) -> Probe | None:
-    """The probe a run's ``difficulty`` section names on ``problem_set``: ``probe:<id>`` (a finished
-    probe of that set), or, when it names none and a drop rule is on, the set's latest finished probe.
-    None when no probe is named and no rule is on. ConfigError naming the field otherwise."""
-    reference = difficulty.get("probe")
-    rules = difficulty.get("drop_unsolved") or difficulty.get("drop_solved")
-    if reference is None:
-        if not rules:
-            return None
-        probe = latest_finished_probe(problem_set)
-        if probe is None:
-            field = "difficulty.drop_unsolved" if difficulty.get("drop_unsolved") else "difficulty.drop_solved"
-            raise ConfigError(field, f"problem set '{problem_set.name}' has no finished difficulty probe to filter "
-                                     "by: estimate its difficulty on its page first, or turn the rule off")
-        return _on_disk(probe, "difficulty.probe")
-    match = PROBE_REFERENCE.fullmatch(reference)
-    probe = (Probe.objects.filter(pk=int(match[1]), problem_set=problem_set, status=Probe.Status.DONE).first()
-             if match else None)
-    if probe is None:
-        raise ConfigError("difficulty.probe", f"must be a finished difficulty probe of problem set "
-                                              f"'{problem_set.name}' as probe:<id>, or null for its latest")
-    return _on_disk(probe, "difficulty.probe")
-
-
-def _on_disk(probe: Probe, field: str) -> Probe:
-    if not probe_output(probe).is_file():
-        raise ConfigError(field, f"the output of {probe.reference} is no longer on disk; estimate the set's "
-                                 "difficulty again")
-    return probe
-
-
-def probe_output(probe: Probe) -> Path:
-    return Path(settings.PROBLEM_SETS_DIR) / probe.output_path
-
-
-def check_run_filter(probe: Probe, problem_set: ProblemSet, difficulty: dict) -> dict[str, int]:
-    """What the run's rules drop from the set's train problems by ``probe`` (``{"unsolved", "solved"}``),
-    checked at launch as the trainer will apply it: ConfigError when nothing would be left to train on."""
-    class _Problem:
-        def __init__(self, problem_id: str):
-            self.id = problem_id
-
-    report = ProbeReport(tuple(ProblemDifficulty(r["problem_id"], r["samples"], r["passed"]) for r in probe.results),
-                         probe.summary)
-    train = [_Problem(pid) for pid in problem_set.problems.filter(split="train").values_list("problem_id", flat=True)]
-    kept, dropped = drop_by_difficulty(train, report, drop_unsolved=bool(difficulty.get("drop_unsolved")),
-                                       drop_solved=bool(difficulty.get("drop_solved")))
-    if train and not kept:
-        rules = " and ".join(f"{n} {rule}" for rule, n in dropped.items() if n)
-        raise ConfigError("difficulty", f"dropping {rules} train problems (by {probe.reference}) leaves none to "
-                                        "train on; turn off drop_unsolved or drop_solved")
-    return dropped

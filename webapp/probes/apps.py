@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProbesConfig(AppConfig):
+    name = "webapp.probes"
+    label = "probes"
