@@ -7,7 +7,7 @@ from ninja.errors import ValidationError
 
 from webapp.accounts.auth import API_AUTH
 from webapp.problems.api import router as problem_sets_router
-from webapp.runs.api import presets_router, router as runs_router
+from webapp.runs.api import engines_router, presets_router, router as runs_router
 
 api = NinjaAPI(
     title="Crucible API",
@@ -59,3 +59,4 @@ def me(request: HttpRequest) -> dict:
 api.add_router("/problem-sets", problem_sets_router)
 api.add_router("/runs", runs_router)
 api.add_router("/presets", presets_router)
+api.add_router("/engines", engines_router)

@@ -1,7 +1,7 @@
 // New-run form: presets fill every field, and move off a problem set they cannot use well (as the
 // server judges it) to the newest one they can; a switched-off section (use lora) greys out its
 // fields; the sticky launch bar says what differs from the chosen preset; out-of-range numbers are
-// refused here, with the server's wording, before the form is sent.
+// refused here, with the server's wording, before the form is sent; the error banner links each bad field.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");
@@ -178,6 +178,17 @@
     }
     // Disabled inputs are not submitted; re-enable them so the server sees the whole config.
     Array.prototype.forEach.call(form.elements, function (el) { el.disabled = false; });
+  });
+  // The error banner's links bring their field into the middle of the view (the sticky launch bar would
+  // hide one scrolled to the bottom) and put the cursor in it.
+  document.querySelectorAll("#form-errors .field-link").forEach(function (link) {
+    link.addEventListener("click", function (e) {
+      var el = document.getElementById(link.getAttribute("href").slice(1));
+      if (!el) return;
+      e.preventDefault();
+      el.scrollIntoView({block: "center"});
+      el.focus({preventScroll: true});
+    });
   });
   syncSections();
   showChanges();
