@@ -53,6 +53,12 @@ class ProblemSet(models.Model):
     validation_finished = models.DateTimeField(null=True, blank=True)
     validation_generation = models.PositiveIntegerField(
         default=0, help_text="Bumped by each validation request; a task for an older one stands down.")
+    heldout_share = models.FloatField(
+        null=True, blank=True,
+        help_text="The share of problems the user chose as held-out (seeded) for a set that brought none; "
+                  "null: the splits are the file's own.")
+    heldout_seed = models.PositiveIntegerField(default=0, help_text="The seed of that choice.")
+    excluded_count = models.PositiveIntegerField(default=0, help_text="Problems excluded from runs (kept here).")
 
     objects = OwnedQuerySet.as_manager()
 
@@ -69,6 +75,20 @@ class ProblemSet(models.Model):
         if self.validation_status == self.Validation.DONE and self.validation_failed:
             return "warning", f"{self.validation_failed} failing"
         return self.validation_status, self.validation_status
+
+    @property
+    def failing_in_use(self) -> int:
+        """Problems that failed validation and are not excluded: the ones runs would train on."""
+        if not self.validation_failed or not self.excluded_count:
+            return self.validation_failed
+        return (self.problems.filter(excluded=False)
+                .filter(models.Q(validation__reference_passed=False) | models.Q(validation__empty_failed=False))
+                .count())
+
+    @property
+    def split_choosable(self) -> bool:
+        """A held-out share may be chosen: the file brought no held-out split (or the share is the user's)."""
+        return self.heldout_share is not None or self.heldout_count == 0
 
     @property
     def importing(self) -> bool:
@@ -132,6 +152,8 @@ class Problem(models.Model):
     kind = models.CharField(max_length=10)
     tags = models.JSONField(default=list, blank=True)
     data = models.JSONField()
+    excluded = models.BooleanField(
+        default=False, help_text="Left out of the runs launched afterwards (and of probes); kept in the set.")
 
     class Meta:
         ordering = ["problem_set", "position"]

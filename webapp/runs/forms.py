@@ -296,12 +296,14 @@ def set_warnings(ps, problems_per_step: int | None, *, short: bool = False) -> l
     if ps.heldout_count == 0:
         out.append("no held-out problems" if short else
                    "This set has no held-out problems: the run cannot measure held-out pass@1 before and after "
-                   "training. Give some problems \"split\": \"heldout\".")
-    if ps.validation_failed:
-        out.append(f"{ps.validation_failed} failing validation" if short else
-                   f"{ps.validation_failed} problem{'s' if ps.validation_failed != 1 else ''} of this set "
-                   "failed validation (the reference solution fails or an empty one passes): their rewards "
-                   "do not measure correct code.")
+                   "training. Choose a held-out share on the set's page, or give some problems "
+                   "\"split\": \"heldout\" in the file.")
+    failing = ps.failing_in_use  # excluded problems are left out of runs
+    if failing:
+        out.append(f"{failing} failing validation" if short else
+                   f"{failing} problem{'s' if failing != 1 else ''} of this set failed validation (the "
+                   "reference solution fails or an empty one passes): their rewards do not measure correct "
+                   "code. Exclude them on the set's page, or fix them in the file.")
     if problems_per_step is not None and ps.train_count < problems_per_step:
         out.append(f"only {ps.train_count} train problems for problems_per_step {problems_per_step}" if short else
                    f"This set has only {ps.train_count} train problem{'s' if ps.train_count != 1 else ''} but "

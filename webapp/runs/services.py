@@ -69,9 +69,9 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         raise ConfigError("name", problem)
     if problem_set is None:
         raise ConfigError("problem_set", "is required: choose one of your problem sets")
-    if not problem_set.problems.filter(split="train").exists():
-        raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split; "
-                                         "upload problems with split: train")
+    if not problem_set.problems.filter(split="train", excluded=False).exists():
+        raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split (excluded "
+                                         "ones do not count); upload problems with split: train")
     full = validate_config(config, owner)
     check_hub_model(full["model"]["name_or_path"])
     probe = resolve_run_probe(full["difficulty"], problem_set)
