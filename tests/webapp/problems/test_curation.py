@@ -4,11 +4,11 @@ import json
 from pathlib import Path
 
 from webapp.problems.curation import heldout_ids
-from webapp.problems.models import Problem, ProblemSet, ProblemValidation
+from webapp.problems.models import Problem, ProblemSet
 from webapp.runs.forms import set_warnings
 from webapp.runs.models import Run
 
-from tests.factories import TINY_OVERRIDES, make_problem_set, problem_lines
+from tests.factories import TINY_OVERRIDES, fail_validation, make_problem_set, problem_lines
 
 from .conftest import upload_file
 
@@ -95,19 +95,9 @@ def test_the_set_page_chooses_a_share_and_runs_launched_afterwards_use_it(client
     assert (ps.train_count, ps.heldout_count, ps.heldout_share) == (8, 0, None)
 
 
-def _fail_validation(ps: ProblemSet, problem_id: str) -> Problem:
-    for p in ps.problems.all():
-        ok = p.problem_id != problem_id
-        ProblemValidation.objects.create(problem=p, reference_passed=ok, empty_failed=True,
-                                         detail="" if ok else "reference solution failed: AssertionError")
-    ps.validation_status, ps.validation_passed, ps.validation_failed = "done", ps.problem_count - 1, 1
-    ps.save()
-    return ps.problems.get(problem_id=problem_id)
-
-
 def test_a_problem_that_fails_validation_can_be_excluded_and_runs_skip_it(client_alice, user):
     ps = make_problem_set(user, "with a broken one", problem_lines(4, 1))
-    broken = _fail_validation(ps, "add-2")
+    broken = fail_validation(ps, "add-2")
     html = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
     assert "Exclude it from runs with the Exclude button in its row below (it stays in the set)" in html
     assert "Fix or remove" not in html
@@ -129,12 +119,13 @@ def test_a_problem_that_fails_validation_can_be_excluded_and_runs_skip_it(client
 
     client_alice.post(f"/problem-sets/{ps.pk}/problems/{broken.pk}/exclude", {"excluded": "0"})
     ps.refresh_from_db()
-    assert (ps.train_count, ps.excluded_count) == (4, 0) and "1 failing validation" in set_warnings(ps, None, short=True)
+    assert (ps.train_count, ps.excluded_count) == (4, 0)
+    assert "1 failing validation" in set_warnings(ps, None, short=True)
 
 
 def test_the_api_excludes_by_uploaded_id_and_reports_it(client_alice, user):
     ps = make_problem_set(user, "api", problem_lines(3, 1))
-    _fail_validation(ps, "HumanEval/0")
+    fail_validation(ps, "HumanEval/0")
     r = client_alice.post(f"/api/problem-sets/{ps.pk}/problems/HumanEval%2F0/exclude", {"excluded": True},
                           content_type="application/json")
     assert r.status_code == 200 and r.json()["excluded"] == 1 and r.json()["splits"] == {"train": 2, "heldout": 1}
