@@ -74,6 +74,7 @@ def test_the_form_and_the_api_say_when_vllm_is_not_installed_here(client_alice, 
     monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(tmp_path / "missing" / "bin" / "python"))
     html = client_alice.get(f"/runs/new?problem_set={problem_set.pk}").content.decode()
     assert '<option value="vllm">vllm (not installed here)</option>' in html
+    assert 'data-unavailable="vllm"' in html and 'id="engine-issue"' in html  # the launch bar names it when chosen
     assert '<option value="hf" selected>hf</option>' in html
     assert "⚠ vllm: the vLLM engine environment is not installed" in html and "make vllm-env" in html
     offers = client_alice.get("/api/engines").json()
@@ -97,6 +98,7 @@ def test_an_installed_vllm_is_offered_plainly(client_alice, problem_set, monkeyp
     monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(_engine_environment(tmp_path, with_vllm=True)))
     html = client_alice.get(f"/runs/new?problem_set={problem_set.pk}").content.decode()
     assert '<option value="vllm">vllm</option>' in html and "not installed" not in html
+    assert 'data-unavailable=""' in html
     assert client_alice.get("/api/engines").json()[1] == {"name": "vllm", "available": True, "reason": None}
 
 
