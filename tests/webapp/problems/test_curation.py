@@ -104,6 +104,8 @@ def test_a_problem_that_fails_validation_can_be_excluded_and_runs_skip_it(client
     assert html.count('class="exclude-form"') == 1  # offered on the failing row only
     assert "1 failing validation" in set_warnings(ps, None, short=True)
 
+    page = client_alice.get(f"/problem-sets/{ps.pk}/problems/{broken.pk}/").content.decode()
+    assert "used by runs, though it fails validation" in page and ">Exclude</button>" in page
     r = client_alice.post(f"/problem-sets/{ps.pk}/problems/{broken.pk}/exclude", {"excluded": "1"}, follow=True)
     assert "add-2 is excluded: runs launched from now on skip it (it stays in the set)." in r.content.decode()
     ps.refresh_from_db()
@@ -114,6 +116,8 @@ def test_a_problem_that_fails_validation_can_be_excluded_and_runs_skip_it(client
     assert '<tr data-problem="add-2" class="excluded">' in html and 'id="count-excluded">1' in html
     assert not set_warnings(ps, None, short=True)
     assert "add-2" not in {p["id"] for p in _run_problems(client_alice, ps)}
+    page = client_alice.get(f"/problem-sets/{ps.pk}/problems/{broken.pk}/").content.decode()
+    assert "runs launched since skip it" in page and ">Include</button>" in page
     exported = client_alice.get(f"/problem-sets/{ps.pk}/export.jsonl")
     assert "add-2" in {json.loads(line)["id"] for line in b"".join(exported.streaming_content).splitlines()}
 
