@@ -2,10 +2,19 @@
 says "running at step 0" once although its supervisor's claim and its trainer's start both notify it."""
 import logging
 
+import pytest
+
 from webapp.console import Echo, SeenWarnings
-from webapp.runs.services import ingest_event, notify_status
+from webapp.runs import services
+from webapp.runs.services import StateLines, ingest_event, notify_status
 
 from tests.factories import start_event
+
+
+@pytest.fixture(autouse=True)
+def fresh_state_lines(monkeypatch):
+    """This process's memory of the lines logged (run ids may recur across tests' databases)."""
+    monkeypatch.setattr(services, "state_lines", StateLines())
 
 
 def _state_lines(caplog) -> list[str]:
