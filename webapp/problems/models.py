@@ -72,8 +72,9 @@ class ProblemSet(models.Model):
     def validation_badge(self) -> tuple[str, str]:
         """(state, text) of the validation badge: a finished validation with failing problems is a
         warning, not a green "done" (runs on the set train on rewards that do not measure correctness)."""
-        if self.validation_status == self.Validation.DONE and self.validation_failed:
-            return "warning", f"{self.validation_failed} failing"
+        failing = self.failing_in_use if self.validation_status == self.Validation.DONE else 0
+        if failing:  # the failing problems runs would use: excluded ones are no warning
+            return "warning", f"{failing} failing"
         return self.validation_status, self.validation_status
 
     @property
@@ -110,7 +111,7 @@ class ProblemSet(models.Model):
         """The set page's line beside the validation badge."""
         passed, failed = self.validation_passed, self.validation_failed
         if self.validation_status == self.Validation.DONE:
-            return f"{passed} problem{pluralize(passed)} ok, {failed} failing"
+            return f"{passed} problem{pluralize(passed)} ok, {failed} failing" + self._excluded_note
         if self.validation_status == self.Validation.RUNNING:
             return (f"running the reference and empty solutions: {self.validation_checked} of "
                     f"{self.problem_count} checked, {passed} ok, {failed} failing…")
@@ -119,6 +120,10 @@ class ProblemSet(models.Model):
         if self.validation_status == self.Validation.PENDING:
             return "queued on the sandbox workers…"
         return ""
+
+    @property
+    def _excluded_note(self) -> str:
+        return f" ({self.excluded_count} excluded from runs)" if self.excluded_count else ""
 
     @property
     def import_text(self) -> str:
@@ -136,7 +141,7 @@ class ProblemSet(models.Model):
         if self.import_status == self.Import.FAILED:
             return "import failed"
         if self.validation_status == self.Validation.DONE:
-            return f"{self.validation_passed} ok, {self.validation_failed} failing"
+            return f"{self.validation_passed} ok, {self.validation_failed} failing" + self._excluded_note
         if self.validation_status == self.Validation.RUNNING:
             return f"{self.validation_checked} of {self.problem_count} checked"
         return ""

@@ -98,6 +98,7 @@ def test_the_set_page_chooses_a_share_and_runs_launched_afterwards_use_it(client
 def test_a_problem_that_fails_validation_can_be_excluded_and_runs_skip_it(client_alice, user):
     ps = make_problem_set(user, "with a broken one", problem_lines(4, 1))
     broken = fail_validation(ps, "add-2")
+    assert broken.problem_set.validation_badge == ("warning", "1 failing")
     html = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
     assert "Exclude it from runs with the Exclude button in its row below (it stays in the set)" in html
     assert "Fix or remove" not in html
@@ -115,6 +116,7 @@ def test_a_problem_that_fails_validation_can_be_excluded_and_runs_skip_it(client
     assert 'id="validation-warning"' not in html and "The 1 failing problem is excluded from runs." in html
     assert '<tr data-problem="add-2" class="excluded">' in html and 'id="count-excluded">1' in html
     assert not set_warnings(ps, None, short=True)
+    assert ps.validation_badge == ("done", "done") and ps.validation_text.endswith("(1 excluded from runs)")
     assert "add-2" not in {p["id"] for p in _run_problems(client_alice, ps)}
     page = client_alice.get(f"/problem-sets/{ps.pk}/problems/{broken.pk}/").content.decode()
     assert "runs launched since skip it" in page and ">Include</button>" in page
