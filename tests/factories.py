@@ -62,6 +62,19 @@ def make_problem_set(owner, name: str = "small set", data: bytes | None = None):
     return ps
 
 
+def fail_validation(ps, problem_id: str):
+    """Record a finished validation of ``ps`` in which only ``problem_id``'s reference failed; returns that row."""
+    from webapp.problems.models import ProblemValidation
+
+    for p in ps.problems.all():
+        ok = p.problem_id != problem_id
+        ProblemValidation.objects.create(problem=p, reference_passed=ok, empty_failed=True,
+                                         detail="" if ok else "reference solution failed: AssertionError")
+    ps.validation_status, ps.validation_passed, ps.validation_failed = "done", ps.problem_count - 1, 1
+    ps.save()
+    return ps.problems.get(problem_id=problem_id)
+
+
 # ---- runs ---------------------------------------------------------------------------------------------
 
 TINY_OVERRIDES = {"train": {"steps": 3}, "sampling": {"problems_per_step": 2, "candidates_per_problem": 2}}

@@ -13,7 +13,7 @@ from training.config import json_number
 from webapp.accounts.auth import API_AUTH
 from webapp.probes.api import router as probes_router
 from webapp.problems.api import router as problem_sets_router
-from webapp.runs.api import presets_router, router as runs_router
+from webapp.runs.api import engines_router, presets_router, router as runs_router
 
 class BodyParser(Parser):
     """JSON bodies with ``training.config.json_number``: a number literal no float holds as written
@@ -75,3 +75,4 @@ api.add_router("/problem-sets", problem_sets_router)
 api.add_router("/problem-sets", probes_router)
 api.add_router("/runs", runs_router)
 api.add_router("/presets", presets_router)
+api.add_router("/engines", engines_router)

@@ -1,7 +1,7 @@
 // New-run form: presets fill every field, and move off a problem set they cannot use well (as the
 // server judges it) to the newest one they can; a switched-off section (use lora) greys out its
 // fields; the sticky launch bar says what differs from the chosen preset; out-of-range numbers are
-// refused here, with the server's wording, before the form is sent.
+// refused here, with the server's wording, before the form is sent; the error banner links each bad field.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");
@@ -83,6 +83,16 @@
     });
   }
 
+  // An engine this server cannot start (webapp/runs/forms.py marks it in data-unavailable, its reason under
+  // the field, far down in Sampling) is named in the launch bar as soon as it is chosen, by a preset or by hand.
+  function showEngineIssue() {
+    var select = form.elements["sampling.engine"], el = document.getElementById("engine-issue");
+    if (!select || !el) return;
+    var missing = (select.dataset.unavailable || "").split(" ").indexOf(select.value) >= 0;
+    el.textContent = missing ? "⚠ engine " + select.value + " is not installed here" : "";
+    el.hidden = !missing;
+  }
+
   // After a preset: a set it cannot use well gives way to the newest set it can (the dropdown lists the
   // newest first), as the server picks the first set it offers; with none better the choice stays.
   function pickUsableSet() {
@@ -159,6 +169,7 @@
       form.querySelectorAll("input[type=number]").forEach(markBounds);
       withIssues(function () { pickUsableSet(); showChanges(); showSetIssues(); });
       showChanges();
+      showEngineIssue();
     });
   });
   form.addEventListener("change", function (e) {
@@ -169,6 +180,7 @@
   });
   form.addEventListener("input", function () { showChanges(); showSetIssues(); });
   form.addEventListener("change", showSetIssues);
+  form.addEventListener("change", showEngineIssue);
   form.addEventListener("submit", function (e) {
     var bad = Array.prototype.filter.call(form.querySelectorAll("input[type=number]"), markBounds);
     if (bad.length) {
@@ -179,7 +191,19 @@
     // Disabled inputs are not submitted; re-enable them so the server sees the whole config.
     Array.prototype.forEach.call(form.elements, function (el) { el.disabled = false; });
   });
+  // The error banner's links bring their field into the middle of the view (the sticky launch bar would
+  // hide one scrolled to the bottom) and put the cursor in it.
+  document.querySelectorAll("#form-errors .field-link, #engine-issue").forEach(function (link) {
+    link.addEventListener("click", function (e) {
+      var el = document.getElementById(link.getAttribute("href").slice(1));
+      if (!el) return;
+      e.preventDefault();
+      el.scrollIntoView({block: "center"});
+      el.focus({preventScroll: true});
+    });
+  });
   syncSections();
   showChanges();
   showSetIssues();
+  showEngineIssue();
 })();

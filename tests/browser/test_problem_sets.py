@@ -101,3 +101,25 @@ def test_every_refused_file_is_explained_in_the_same_place(page, live_server_url
     assert page.locator("#upload-form .notice").count() == 0  # nothing inside the form itself
     refusal = page.locator("#upload-refused").locator("xpath=..")
     refusal.screenshot(path=str(output_dir / f"upload-refused-{filename}.png"))
+
+
+def test_a_problem_that_fails_validation_is_excluded_with_its_rows_button(page, live_server_url, user, output_dir):
+    from tests.factories import fail_validation, make_problem_set, problem_lines
+
+    ps = make_problem_set(user, "humaneval upload", problem_lines(4, 1))
+    fail_validation(ps, "add-2")
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/problem-sets/{ps.pk}/")
+    warning = page.locator("#validation-warning")
+    assert "Exclude it from runs with the Exclude button in its row below" in warning.inner_text()
+    row = page.locator("#problems tr[data-problem='add-2']")
+    assert page.locator("#problems button", has_text="Exclude").count() == 1  # only on the failing row
+    row.get_by_role("button", name="Exclude").click()
+    page.wait_for_selector("#problems tr.excluded[data-problem='add-2']")
+    assert "add-2 is excluded: runs launched from now on skip it" in page.locator("body").inner_text()
+    assert page.locator("#validation-warning").count() == 0
+    assert "The 1 failing problem is excluded from runs." in page.locator("#validation-excluded").inner_text()
+    assert page.locator("#count-excluded").inner_text().startswith("1")
+    assert page.locator("#count-train").inner_text() == "3"
+    assert row.get_by_role("button", name="Include").is_visible()
+    page.screenshot(path=str(output_dir / "problem-set-excluded.png"))

@@ -89,3 +89,43 @@ def test_a_preset_moves_off_a_set_it_cannot_use_to_the_newest_set_it_can(page, l
     page.fill("input[name='sampling.problems_per_step']", "64")
     page.click(".preset[data-preset='qwen3.5-9b-lora-80gb']")
     assert chosen.input_value() == str(big.pk)  # the preset's 32, not the 64 typed before it
+
+
+IN_VIEW = "el => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
+
+
+def test_the_error_banner_names_the_bad_field_and_its_link_brings_it_into_view(page, live_server_url, user,
+                                                                               output_dir):
+    ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    page.fill("input[name='sampling.stop']", '["\\n\\n"')  # only the server reads this one: far down the page
+    page.click("#launch")
+    page.wait_for_selector("#form-errors")
+    link = page.locator("#form-errors a.field-link")
+    assert link.count() == 1 and link.inner_text() == "Sampling: stop"
+    field = page.locator("input[name='sampling.stop']")
+    assert not field.evaluate(IN_VIEW)
+    link.click()
+    wait_until(page, "document.activeElement && document.activeElement.name === 'sampling.stop'", 5)
+    assert field.evaluate(IN_VIEW)
+    assert "not a JSON list of strings" in page.locator("[data-field='sampling.stop'] .errorlist").inner_text()
+    page.screenshot(path=str(output_dir / "new-run-error-banner.png"))
+
+
+def test_choosing_an_engine_that_is_not_installed_is_named_in_the_launch_bar(page, live_server_url, user):
+    ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    engine, issue = page.locator("select[name='sampling.engine']"), page.locator("#engine-issue")
+    # Whether vLLM is installed depends on this machine: the server's marking is tested in
+    # tests/webapp/runs/test_engine.py; here the page is told, as the server tells it where it is missing.
+    engine.evaluate("el => { el.dataset.unavailable = 'vllm'; }")
+    assert issue.is_hidden()
+    page.click(".preset[data-preset='qwen3.5-9b-lora-80gb']")  # a preset that samples with vLLM
+    assert issue.is_visible() and issue.inner_text() == "⚠ engine vllm is not installed here"
+    issue.click()
+    wait_until(page, "document.activeElement && document.activeElement.name === 'sampling.engine'", 5)
+    assert engine.evaluate(IN_VIEW)
+    engine.select_option("hf")
+    assert issue.is_hidden()

@@ -8,7 +8,7 @@ from ninja import Field, File, Form, Router, Schema
 from ninja.responses import Status
 from ninja.files import UploadedFile
 
-from . import services
+from . import curation, services
 from .models import ProblemSet
 from .views import export_filename, export_lines
 
@@ -42,6 +42,8 @@ class Created(Schema):
     id: int
     name: str
     problems: int | None = Field(description="null while a large upload is imported in the background (202)")
+    heldout_share: float | None = Field(None, description="the held-out share chosen at upload; null when none was "
+                                                          "asked or the file brings its own held-out split")
     format: str
     errors: list[LineError]
     import_: ImportState = Field(alias="import")
@@ -62,6 +64,7 @@ class ValidationRow(Schema):
     reference_passed: bool
     empty_failed: bool
     detail: str
+    excluded: bool = Field(False, description="left out of the runs launched since it was excluded")
 
 
 class Badge(Schema):
@@ -128,7 +131,11 @@ class _Set(Schema):
     format: str
     created: str
     owner: str
-    splits: Splits
+    splits: Splits = Field(description="included problems per split (excluded ones are not counted)")
+    excluded: int = Field(0, description="problems excluded from runs (kept in the set)")
+    heldout_share: float | None = Field(None, description="the share chosen as held-out (seeded) for a set whose "
+                                                          "file brought none; null: the file's own splits")
+    heldout_seed: int = Field(0, description="the seed of that choice")
 
 
 class Summary(_Set):
@@ -149,6 +156,16 @@ class Message(Schema):
     detail: str
 
 
+class HeldoutIn(Schema):
+    share: float = Field(description=f"0 to {curation.MAX_HELDOUT_SHARE}: this share of the problems becomes "
+                                     "held-out (0: all train)")
+    seed: int = Field(0, description="the same set, share and seed choose the same problems")
+
+
+class ExcludeIn(Schema):
+    excluded: bool = Field(True, description="true: runs launched afterwards skip the problem; false: include it")
+
+
 def request_user(request: HttpRequest):
     return request.auth if hasattr(request.auth, "is_staff") else request.user
 
@@ -160,7 +177,8 @@ def visible_sets(request: HttpRequest):
 def _summary(ps: ProblemSet) -> dict:
     return {"id": ps.pk, "name": ps.name, "problems": ps.problem_count, "format": ps.format,
             "created": ps.created.isoformat(), "owner": ps.owner.username,
-            "splits": {"train": ps.train_count, "heldout": ps.heldout_count},
+            "splits": {"train": ps.train_count, "heldout": ps.heldout_count}, "excluded": ps.excluded_count,
+            "heldout_share": ps.heldout_share, "heldout_seed": ps.heldout_seed,
             "validation": services.validation_state(ps),
             "import": services.import_state(ps, errors=False), "list_row": services.list_row(ps)}
 
@@ -174,12 +192,17 @@ def _summary(ps: ProblemSet) -> dict:
                          "and `import.status: importing`: a sandbox worker imports it, and "
                          "GET /api/problem-sets/{id} follows `import` (progress, then its errors).")
 def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str] = "",
-           format: Form[str] = "auto"):
+           format: Form[str] = "auto", heldout_share: Form[float] = 0.0, heldout_seed: Form[int] = 0):
     if getattr(request, "upload_too_large", False):
         return Status(400, {"detail": f"upload refused: {services.too_large_message('the file')}", "errors": []})
     if file is None:
         return Status(400, {"detail": "no file: send the problems as the multipart field `file`", "errors": []})
-    problem_set, errors = services.upload_problem_set(request_user(request), name, file, format)
+    try:
+        curation.check_share(heldout_share, heldout_seed)
+    except curation.CurationError as exc:
+        return Status(400, {"detail": f"upload refused: {exc}", "errors": []})
+    heldout = (heldout_share, heldout_seed) if heldout_share > 0 else None
+    problem_set, errors = services.upload_problem_set(request_user(request), name, file, format, heldout=heldout)
     if problem_set is None:
         first = errors[0] if errors else {"line": 0, "field": None, "message": "no problems"}
         where = f"line {first['line']}: " if first["line"] else ""
@@ -190,7 +213,8 @@ def upload(request: HttpRequest, file: File[UploadedFile] = None, name: Form[str
     state = services.import_state(problem_set, errors=False)
     return Status(202 if problem_set.importing else 201,
                   {"id": problem_set.pk, "name": problem_set.name, "problems": state["problems"],
-                   "format": problem_set.format, "errors": errors, "import": state})
+                   "format": problem_set.format, "errors": errors, "import": state,
+                   "heldout_share": problem_set.heldout_share})
 
 
 @router.get("", response=list[Summary], by_alias=True, summary="The user's problem sets (staff: everyone's)")
@@ -209,7 +233,7 @@ def detail(request: HttpRequest, problem_set_id: int, results: bool = True):
             v = getattr(problem, "validation", None)
             if v is not None:
                 rows.append({"problem_id": problem.problem_id, "reference_passed": v.reference_passed,
-                             "empty_failed": v.empty_failed, "detail": v.detail})
+                             "empty_failed": v.empty_failed, "detail": v.detail, "excluded": problem.excluded})
     out = _summary(ps)
     out.update(source_filename=ps.source_filename, import_errors=ps.import_errors,
                validation={**out["validation"], "error": ps.validation_error, "results": rows},
@@ -238,6 +262,34 @@ def revalidate(request: HttpRequest, problem_set_id: int):
     if ps.import_status != ProblemSet.Import.DONE:
         return Status(409, {"detail": f"problem set {ps.pk} has no problems to validate (import {ps.import_status})"})
     return Status(202, _summary(services.enqueue_validation(ps)))
+
+
+@router.post("/{int:problem_set_id}/heldout", response={200: Summary, 400: Message, 409: Message}, by_alias=True,
+             summary="Choose a held-out share (seeded) for a set whose file brought no held-out problems",
+             description="Sets each problem's split: round(share x problems) held-out (at least one when share > 0, "
+                         "never all), chosen by a hash of the seed and the problem id; 0 puts all back in train. "
+                         "409 when the file brings its own held-out split or the set is being imported. Runs "
+                         "launched afterwards use the new split.")
+def heldout(request: HttpRequest, problem_set_id: int, payload: HeldoutIn):
+    ps = get_object_or_404(visible_sets(request).select_related("owner"), pk=problem_set_id)
+    try:
+        curation.check_share(payload.share, payload.seed)
+    except curation.CurationError as exc:
+        return Status(400, {"detail": str(exc)})
+    try:
+        changed = curation.set_heldout_share(ps, payload.share, payload.seed)
+    except curation.CurationError as exc:
+        return Status(409, {"detail": str(exc)})
+    return Status(200, _summary(changed))
+
+
+@router.post("/{int:problem_set_id}/problems/{path:problem_id}/exclude", response={200: Summary}, by_alias=True,
+             summary="Exclude a problem from runs launched afterwards (it stays in the set), or include it again",
+             description="`problem_id` is the uploaded id, URL-encoded.")
+def exclude(request: HttpRequest, problem_set_id: int, problem_id: str, payload: ExcludeIn):
+    ps = get_object_or_404(visible_sets(request).select_related("owner"), pk=problem_set_id)
+    problem = get_object_or_404(ps.problems, problem_id=problem_id)
+    return Status(200, _summary(curation.set_excluded(ps, problem, payload.excluded)))
 
 
 @router.delete("/{int:problem_set_id}", response={204: None, 409: Message},

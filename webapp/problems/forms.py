@@ -1,5 +1,6 @@
 from django import forms
 
+from .curation import MAX_HELDOUT_SHARE
 from .services import UPLOAD_FORMATS
 
 FORMAT_LABELS = {"auto": "Detect automatically", "native": "Crucible native JSONL", "humaneval": "HumanEval",
@@ -13,6 +14,26 @@ class UploadForm(forms.Form):
     file = forms.FileField(allow_empty_file=True,
                            help_text="JSON Lines (.jsonl) or gzip-compressed (.jsonl.gz), one problem per line.")
     format = forms.ChoiceField(choices=[(f, FORMAT_LABELS[f]) for f in UPLOAD_FORMATS], initial="auto")
+    heldout_share = forms.FloatField(
+        required=False, min_value=0, max_value=MAX_HELDOUT_SHARE, label="Held-out share",
+        widget=forms.NumberInput(attrs={"step": "0.05", "placeholder": "0"}),
+        help_text="For a file without held-out problems (HumanEval, MBPP): this share becomes the held-out split, "
+                  "chosen by the seed. A file with its own held-out split keeps it.")
+    heldout_seed = forms.IntegerField(required=False, min_value=0, initial=0, label="Seed",
+                                      help_text="The same file, share and seed choose the same problems.")
+
+    def heldout(self) -> tuple[float, int] | None:
+        share = self.cleaned_data.get("heldout_share")
+        return (share, self.cleaned_data.get("heldout_seed") or 0) if share else None
+
+
+class HeldoutForm(forms.Form):
+    """The set page's held-out share (``curation.set_heldout_share``)."""
+
+    share = forms.FloatField(min_value=0, max_value=MAX_HELDOUT_SHARE,
+                             widget=forms.NumberInput(attrs={"step": "0.05"}),
+                             help_text="0 puts every problem back in train.")
+    seed = forms.IntegerField(min_value=0, initial=0)
 
 
 class ProblemFilterForm(forms.Form):

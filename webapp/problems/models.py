@@ -54,6 +54,12 @@ class ProblemSet(models.Model):
     validation_finished = models.DateTimeField(null=True, blank=True)
     validation_generation = models.PositiveIntegerField(
         default=0, help_text="Bumped by each validation request; a task for an older one stands down.")
+    heldout_share = models.FloatField(
+        null=True, blank=True,
+        help_text="The share of problems the user chose as held-out (seeded) for a set that brought none; "
+                  "null: the splits are the file's own.")
+    heldout_seed = models.PositiveIntegerField(default=0, help_text="The seed of that choice.")
+    excluded_count = models.PositiveIntegerField(default=0, help_text="Problems excluded from runs (kept here).")
 
     objects = OwnedQuerySet.as_manager()
 
@@ -67,8 +73,9 @@ class ProblemSet(models.Model):
     def validation_badge(self) -> tuple[str, str]:
         """(state, text) of the validation badge: a finished validation with failing problems is a
         warning, not a green "done" (runs on the set train on rewards that do not measure correctness)."""
-        if self.validation_status == self.Validation.DONE and self.validation_failed:
-            return "warning", f"{self.validation_failed} failing"
+        failing = self.failing_in_use if self.validation_status == self.Validation.DONE else 0
+        if failing:  # the failing problems runs would use: excluded ones are no warning
+            return "warning", f"{failing} failing"
         return self.validation_status, self.validation_status
 
     @property
@@ -81,6 +88,20 @@ class ProblemSet(models.Model):
 
     def latest_finished_probe(self) -> "Probe | None":
         return self.probes.filter(status=Probe.Status.DONE).order_by("-finished", "-id").first()
+
+    @property
+    def failing_in_use(self) -> int:
+        """Problems that failed validation and are not excluded: the ones runs would train on."""
+        if not self.validation_failed or not self.excluded_count:
+            return self.validation_failed
+        return (self.problems.filter(excluded=False)
+                .filter(models.Q(validation__reference_passed=False) | models.Q(validation__empty_failed=False))
+                .count())
+
+    @property
+    def split_choosable(self) -> bool:
+        """A held-out share may be chosen: the file brought no held-out split (or the share is the user's)."""
+        return self.heldout_share is not None or self.heldout_count == 0
 
     @property
     def importing(self) -> bool:
@@ -102,7 +123,7 @@ class ProblemSet(models.Model):
         """The set page's line beside the validation badge."""
         passed, failed = self.validation_passed, self.validation_failed
         if self.validation_status == self.Validation.DONE:
-            return f"{passed} problem{pluralize(passed)} ok, {failed} failing"
+            return f"{passed} problem{pluralize(passed)} ok, {failed} failing" + self._excluded_note
         if self.validation_status == self.Validation.RUNNING:
             return (f"running the reference and empty solutions: {self.validation_checked} of "
                     f"{self.problem_count} checked, {passed} ok, {failed} failing…")
@@ -111,6 +132,10 @@ class ProblemSet(models.Model):
         if self.validation_status == self.Validation.PENDING:
             return "queued on the sandbox workers…"
         return ""
+
+    @property
+    def _excluded_note(self) -> str:
+        return f" ({self.excluded_count} excluded from runs)" if self.excluded_count else ""
 
     @property
     def import_text(self) -> str:
@@ -128,7 +153,7 @@ class ProblemSet(models.Model):
         if self.import_status == self.Import.FAILED:
             return "import failed"
         if self.validation_status == self.Validation.DONE:
-            return f"{self.validation_passed} ok, {self.validation_failed} failing"
+            return f"{self.validation_passed} ok, {self.validation_failed} failing" + self._excluded_note
         if self.validation_status == self.Validation.RUNNING:
             return f"{self.validation_checked} of {self.problem_count} checked"
         return ""
@@ -144,6 +169,8 @@ class Problem(models.Model):
     kind = models.CharField(max_length=10)
     tags = models.JSONField(default=list, blank=True)
     data = models.JSONField()
+    excluded = models.BooleanField(
+        default=False, help_text="Left out of the runs launched afterwards (and of probes); kept in the set.")
 
     class Meta:
         ordering = ["problem_set", "position"]

@@ -26,6 +26,7 @@ from webapp.core.groups import user_group
 from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
+from . import curation
 from .environments import environment_quota_errors
 from .models import Problem, ProblemSet, ProblemValidation
 
@@ -126,22 +127,27 @@ def parse_upload(uploaded_file: IO[bytes], filename: str, format: str, progress=
     return result, []
 
 
+Heldout = tuple[float, int] | None  # (share, seed) of a held-out split chosen at upload
+
+
 def create_problem_set(owner, name: str, uploaded_file: IO[bytes], format: str = "auto", *,
-                       validate: bool = True) -> tuple[ProblemSet | None, list[dict]]:
+                       validate: bool = True, heldout: Heldout = None) -> tuple[ProblemSet | None, list[dict]]:
     """Import an uploaded `.jsonl` / `.jsonl.gz` file as a new problem set and queue its validation.
 
     Returns `(problem_set, errors)`; `errors` are `{line, field, message}` with 1-based lines (0 = the
     file as a whole). Good problems are kept when some lines are bad; a file with no good problem is
-    refused: `(None, errors)` and nothing is stored.
+    refused: `(None, errors)` and nothing is stored. `heldout` `(share, seed)`: that share of the problems
+    becomes the held-out split, chosen by the seed, unless the file brings held-out problems of its own.
     """
     filename, name, errors = _check_upload_request(uploaded_file, name, format)
     if errors:
         return None, errors
     result, errors = parse_upload(uploaded_file, filename, format)
-    return _create_from_result(owner, name, filename, result, errors, validate=validate)
+    return _create_from_result(owner, name, filename, result, errors, validate=validate, heldout=heldout)
 
 
-def upload_problem_set(owner, name: str, uploaded_file, format: str = "auto") -> tuple[ProblemSet | None, list[dict]]:
+def upload_problem_set(owner, name: str, uploaded_file, format: str = "auto",
+                       heldout: Heldout = None) -> tuple[ProblemSet | None, list[dict]]:
     """What the upload form and the API do: `create_problem_set` for an upload whose text is at most
     UPLOAD_INLINE_BYTES; a larger one is stored and imported by a sandbox worker (the set is returned
     `importing`, with no problems yet), so the request never decompresses or parses much."""
@@ -151,8 +157,8 @@ def upload_problem_set(owner, name: str, uploaded_file, format: str = "auto") ->
     try:
         result, errors = parse_upload(uploaded_file, filename, format, inline=True)
     except TooLargeToParseInline:
-        return start_import(owner, name, filename, uploaded_file, format), []
-    return _create_from_result(owner, name, filename, result, errors)
+        return start_import(owner, name, filename, uploaded_file, format, heldout=heldout), []
+    return _create_from_result(owner, name, filename, result, errors, heldout=heldout)
 
 
 ACCEPTED_EXTENSIONS = (".jsonl", ".jsonl.gz")
@@ -187,7 +193,7 @@ def _import_errors(filename: str, result, errors: list[dict]) -> list[dict]:
 
 
 def _create_from_result(owner, name: str, filename: str, result, errors: list[dict], *,
-                        validate: bool = True) -> tuple[ProblemSet | None, list[dict]]:
+                        validate: bool = True, heldout: Heldout = None) -> tuple[ProblemSet | None, list[dict]]:
     errors = _import_errors(filename, result, errors)
     if result is None or not result.problems:
         return None, errors
@@ -196,13 +202,19 @@ def _create_from_result(owner, name: str, filename: str, result, errors: list[di
         return None, errors + refused
     with transaction.atomic():
         problem_set = ProblemSet.objects.create(owner=owner, name=name, format=result.format,
-                                                source_filename=filename[:255], import_errors=errors)
+                                                source_filename=filename[:255], import_errors=errors,
+                                                **_heldout_fields(heldout))
         _store_problems(problem_set, result.problems)
     if validate:
         enqueue_validation(problem_set)
     log.info("problem set %s: %d problems from %s (%d bad lines)", problem_set.pk,
              problem_set.problem_count, filename, len(errors))
     return problem_set, errors
+
+
+def _heldout_fields(heldout: Heldout) -> dict:
+    share, seed = heldout if heldout is not None else (0.0, 0)
+    return {"heldout_share": share, "heldout_seed": seed} if share > 0 else {}
 
 
 def _name_from_filename(filename: str) -> str:
@@ -217,11 +229,9 @@ def _store_problems(problem_set: ProblemSet, problems: Iterable) -> None:
     problem_set.problems.all().delete()
     rows = [Problem(problem_set=problem_set, position=i, problem_id=db_safe(p.id), split=p.split, kind=p.kind,
                     tags=db_safe(list(p.tags)), data=db_safe(p.to_dict())) for i, p in enumerate(problems)]
+    curation.apply_heldout_share(problem_set, rows)  # a held-out share chosen at upload, for a file with none
     Problem.objects.bulk_create(rows, batch_size=500)
-    problem_set.problem_count = len(rows)
-    problem_set.train_count = sum(1 for r in rows if r.split == "train")
-    problem_set.heldout_count = sum(1 for r in rows if r.split == "heldout")
-    problem_set.save(update_fields=["problem_count", "train_count", "heldout_count"])
+    curation.refresh_counts(problem_set)
 
 
 def replace_problems(problem_set: ProblemSet, problems: list, *, format: str | None = None,
@@ -247,12 +257,12 @@ def upload_dir(problem_set_id: int) -> Path:
     return Path(settings.MEDIA_ROOT) / "problem-sets" / str(problem_set_id)
 
 
-def start_import(owner, name: str, filename: str, uploaded_file, format: str) -> ProblemSet:
+def start_import(owner, name: str, filename: str, uploaded_file, format: str, *, heldout: Heldout = None) -> ProblemSet:
     """Store the upload under MEDIA_ROOT and create its set `importing`; `problems.import_upload` is
     published once that commits. Nothing is created when the file cannot be stored."""
     with transaction.atomic():
         ps = ProblemSet.objects.create(owner=owner, name=name, format=format, source_filename=filename[:255],
-                                       import_status=ProblemSet.Import.IMPORTING)
+                                       import_status=ProblemSet.Import.IMPORTING, **_heldout_fields(heldout))
         directory = upload_dir(ps.pk)
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -625,8 +635,9 @@ def notify_owner(ps: ProblemSet, payload: dict) -> None:
 
 
 def sandbox_problems(problem_set: ProblemSet) -> list:
-    """The set's problems as sandbox `Problem`s, in upload order."""
-    return [row.to_sandbox() for row in problem_set.problems.order_by("position")]
+    """The set's problems that runs and probes use (not the excluded ones) as sandbox `Problem`s, in upload
+    order."""
+    return [row.to_sandbox() for row in problem_set.problems.filter(excluded=False).order_by("position")]
 
 
 def dump_problem_set(problem_set: ProblemSet, fileobj: IO) -> int:

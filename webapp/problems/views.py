@@ -10,13 +10,14 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from webapp.core.highlight import highlight_python
 
-from . import services
-from .forms import ProblemFilterForm, UploadForm
+from . import curation, services
+from .forms import HeldoutForm, ProblemFilterForm, UploadForm
 from .models import Problem, ProblemSet
 from .uploads import UploadLimitHandler
 
@@ -50,7 +51,12 @@ def _problem_set_list(request: HttpRequest) -> HttpResponse:
             status = 413
         elif form.is_valid():
             problem_set, errors = services.upload_problem_set(
-                request.user, form.cleaned_data["name"], form.cleaned_data["file"], form.cleaned_data["format"])
+                request.user, form.cleaned_data["name"], form.cleaned_data["file"], form.cleaned_data["format"],
+                heldout=form.heldout())
+            if problem_set is not None and form.heldout() and not problem_set.importing \
+                    and problem_set.heldout_share is None:
+                messages.warning(request, f"The file brings its own held-out split ({problem_set.heldout_count} "
+                                          "problems): the held-out share was not applied.")
             if problem_set is not None and problem_set.importing:
                 messages.info(request, "Uploaded. The file is large, so a sandbox worker imports it; this page "
                                        "follows its progress, and validation starts when it is done.")
@@ -104,8 +110,46 @@ def problem_set_detail(request: HttpRequest, pk: int) -> HttpResponse:
     query.pop("page", None)
     return render(request, "problems/detail.html", {
         "ps": problem_set, "form": form, "page": page, "query": query.urlencode(),
-        "in_use": services.active_runs(problem_set), **probe_context(request, problem_set, page),
+        "in_use": services.active_runs(problem_set), "heldout_form": _heldout_form(problem_set),
+        **probe_context(request, problem_set, page),
     })
+
+
+def _heldout_form(problem_set: ProblemSet) -> HeldoutForm:
+    return HeldoutForm(initial={"share": problem_set.heldout_share or 0.2, "seed": problem_set.heldout_seed})
+
+
+@require_POST
+def problem_set_heldout(request: HttpRequest, pk: int) -> HttpResponse:
+    """The set page's held-out share: that share of a set without held-out problems becomes held-out (seeded)."""
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    form = HeldoutForm(request.POST)
+    if not form.is_valid():
+        errors = "; ".join(f"{name}: {' '.join(e)}" for name, e in form.errors.items())
+        messages.error(request, f"Held-out share not changed: {errors}")
+        return redirect("problems:detail", pk)
+    try:
+        changed = curation.set_heldout_share(problem_set, form.cleaned_data["share"], form.cleaned_data["seed"])
+    except curation.CurationError as exc:
+        messages.error(request, f"Held-out share not changed: {exc}.")
+    else:
+        messages.success(request, f"{changed.heldout_count} problem{'s' if changed.heldout_count != 1 else ''} "
+                                  f"held out, {changed.train_count} to train on (seed {changed.heldout_seed}); "
+                                  "runs launched from now on use this split.")
+    return redirect("problems:detail", pk)
+
+
+@require_POST
+def problem_exclude(request: HttpRequest, pk: int, problem_pk: int) -> HttpResponse:
+    """Exclude a problem from runs launched afterwards (``excluded=1``) or include it again (``excluded=0``)."""
+    problem_set = get_object_or_404(visible_sets(request), pk=pk)
+    problem = get_object_or_404(Problem, problem_set=problem_set, pk=problem_pk)
+    excluded = request.POST.get("excluded", "1") != "0"
+    curation.set_excluded(problem_set, problem, excluded)
+    now = "excluded: runs launched from now on skip it" if excluded else "included again"
+    messages.success(request, f"{problem.problem_id} is {now} (it stays in the set).")
+    back = request.POST.get("next", "")
+    return redirect(back if back.startswith(f"/problem-sets/{pk}/") else reverse("problems:detail", args=[pk]))
 
 
 SHOWN_PROBE_IDS = 200

@@ -1,4 +1,5 @@
-"""``/api/runs`` and ``/api/presets`` (mounted by webapp/api.py). Shapes: docs/design.md "Web (webapp/)" table."""
+"""``/api/runs``, ``/api/presets`` and ``/api/engines`` (mounted by webapp/api.py). Shapes: docs/design.md
+"Web (webapp/)" table."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from webapp.problems.models import ProblemSet
 from . import queries, services
 from .archive import archive_extras
 from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
+from .engines import engine_offers
 from .model_refs import WEB_DEFAULT_MODEL
 from .models import Checkpoint, Run, TransitionError
 from .presets import presets
@@ -25,6 +27,7 @@ from .rescore import rescore_run
 
 router = Router(tags=["runs"])
 presets_router = Router(tags=["runs"])
+engines_router = Router(tags=["runs"])
 
 
 def _publish_config_schema(schema: dict[str, Any]) -> None:
@@ -260,6 +263,12 @@ class RescoreOut(Schema):
     summary: RescoreSummaryOut
 
 
+class EngineOut(Schema):
+    name: str
+    available: bool
+    reason: str | None = None
+
+
 class PresetOut(Schema):
     name: str
     title: str
@@ -395,3 +404,8 @@ def rescore(request: HttpRequest, run_id: int, payload: RescoreIn):
 @presets_router.get("", response=list[PresetOut], summary="Named run configs for the new-run form")
 def list_presets(request: HttpRequest):
     return presets()
+
+
+@engines_router.get("", response=list[EngineOut], summary="Generation engines (sampling.engine) a run here can use")
+def list_engines(request: HttpRequest):
+    return engine_offers()

@@ -51,7 +51,8 @@ def check_run_filter(probe: Probe, problem_set: ProblemSet, difficulty: dict) ->
 
     report = ProbeReport(tuple(ProblemDifficulty(r["problem_id"], r["samples"], r["passed"]) for r in probe.results),
                          probe.summary)
-    train = [_Problem(pid) for pid in problem_set.problems.filter(split="train").values_list("problem_id", flat=True)]
+    in_use = problem_set.problems.filter(split="train", excluded=False)  # excluded problems are never trained on
+    train = [_Problem(pid) for pid in in_use.values_list("problem_id", flat=True)]
     kept, dropped = drop_by_difficulty(train, report, drop_unsolved=bool(difficulty.get("drop_unsolved")),
                                        drop_solved=bool(difficulty.get("drop_solved")))
     if train and not kept:

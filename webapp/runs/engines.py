@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from training.config import ConfigError
+from training.config import ENGINES, ConfigError
 from training.engines.vllm_server import unavailable_reason
 
 
@@ -23,3 +23,16 @@ def check_engine(full: dict) -> None:
     reason = unavailable_reason()
     if reason:
         raise ConfigError("sampling.engine", f"vllm cannot start on this server: {reason}; or use engine: hf")
+
+
+def engine_offers() -> list[dict]:
+    """``[{name, available, reason}]``: each ``sampling.engine`` and whether a run here can use it as the form
+    offers it (a server of its own for the run), for the new-run form and ``GET /api/engines``. ``reason``
+    says why not, and what still works: a listed server (``vllm.url``) needs no engine environment."""
+    offers = []
+    for name in ENGINES:
+        reason = unavailable_reason() if name == "vllm" else None
+        if reason and settings.VLLM_URLS:
+            reason += f"; a listed server still works: set vllm.url to one of {', '.join(settings.VLLM_URLS)}"
+        offers.append({"name": name, "available": reason is None, "reason": reason})
+    return offers

@@ -18,6 +18,7 @@ from webapp.core.text import name_problem
 from webapp.problems.models import ProblemSet
 
 from .config import validate_config
+from .engines import engine_offers
 from .model_refs import WEB_DEFAULT_MODEL
 
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
@@ -227,7 +228,29 @@ class RunForm(forms.Form):
             self.initial.setdefault(name, initial.get(name, default))
             if getattr(field, "is_section", False):
                 self.sections.add(name)
+        self._mark_engines()
         self.config: dict | None = None
+
+    def _mark_engines(self) -> None:
+        """An engine this server cannot start says so in its option and beside the field (it stays a choice:
+        a preset may name it, and with ``vllm.url`` a listed server needs no engine environment)."""
+        field = self.fields.get("sampling.engine")
+        if field is None:
+            return
+        missing = {o["name"]: o["reason"] for o in engine_offers() if not o["available"]}
+        field.choices = [(value, f"{label} (not installed here)" if value in missing else label)
+                         for value, label in field.choices]
+        field.warnings = [f"{name}: {reason}" for name, reason in missing.items()]
+        field.widget.attrs["data-unavailable"] = " ".join(missing)
+
+    def error_links(self) -> list[tuple[str, str]]:
+        """``[(field id, "Group: label")]`` for each field in error, in the page's order (the Run card, then the
+        groups), for the error banner's links."""
+        titles = ["Run"] + [title for title, _ in GROUPS]
+        order = list(self.fields)
+        named = [(titles.index(_group_of(name) if "." in name else "Run"), order.index(name), name)
+                 for name in self.errors if name in self.fields]
+        return [(self[name].id_for_label, f"{titles[group]}: {self[name].label}") for group, _, name in sorted(named)]
 
     def clean_name(self) -> str:
         name = self.cleaned_data["name"].strip()
@@ -288,12 +311,14 @@ def set_warnings(ps, problems_per_step: int | None, *, short: bool = False) -> l
     if ps.heldout_count == 0:
         out.append("no held-out problems" if short else
                    "This set has no held-out problems: the run cannot measure held-out pass@1 before and after "
-                   "training. Give some problems \"split\": \"heldout\".")
-    if ps.validation_failed:
-        out.append(f"{ps.validation_failed} failing validation" if short else
-                   f"{ps.validation_failed} problem{'s' if ps.validation_failed != 1 else ''} of this set "
-                   "failed validation (the reference solution fails or an empty one passes): their rewards "
-                   "do not measure correct code.")
+                   "training. Choose a held-out share on the set's page, or give some problems "
+                   "\"split\": \"heldout\" in the file.")
+    failing = ps.failing_in_use  # excluded problems are left out of runs
+    if failing:
+        out.append(f"{failing} failing validation" if short else
+                   f"{failing} problem{'s' if failing != 1 else ''} of this set failed validation (the "
+                   "reference solution fails or an empty one passes): their rewards do not measure correct "
+                   "code. Exclude them on the set's page, or fix them in the file.")
     if problems_per_step is not None and ps.train_count < problems_per_step:
         out.append(f"only {ps.train_count} train problems for problems_per_step {problems_per_step}" if short else
                    f"This set has only {ps.train_count} train problem{'s' if ps.train_count != 1 else ''} but "

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -69,9 +70,9 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
         raise ConfigError("name", problem)
     if problem_set is None:
         raise ConfigError("problem_set", "is required: choose one of your problem sets")
-    if not problem_set.problems.filter(split="train").exists():
-        raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split; "
-                                         "upload problems with split: train")
+    if not problem_set.problems.filter(split="train", excluded=False).exists():
+        raise ConfigError("problem_set", f"'{problem_set.name}' has no problems in the train split (excluded "
+                                         "ones do not count); upload problems with split: train")
     full = validate_config(config, owner)
     check_hub_model(full["model"]["name_or_path"])
     probe = resolve_run_probe(full["difficulty"], problem_set)
@@ -390,12 +391,33 @@ def broadcast_event(run_id: int, message: dict) -> None:
         channel_layer_outage.succeeded()
 
 
+class StateLines:
+    """The last state line logged for each run by this process. The supervisor's claim and the trainer's
+    ``start`` event both notify ``running`` at step 0 (the page wants both: the second comes with the
+    trainer's start); the ``make run`` terminal, which shows these lines, should say it once."""
+
+    def __init__(self):
+        self._last: dict[int, str] = {}
+        self._lock = threading.Lock()  # a worker's runs are followed by threads
+
+    def first_time(self, run_id: int, line: str) -> bool:
+        with self._lock:
+            new = self._last.get(run_id) != line
+            self._last[run_id] = line
+            return new
+
+
+state_lines = StateLines()
+
+
 def notify_status(run: Run) -> None:
     """Status change: to the run's page (an extra ``status`` message) and the owner's notifications."""
     run.refresh_from_db(fields=["status", "error", "step", "started", "finished"])
     # The `make run` terminal shows these lines (webapp.console.RUN_STATE) among warnings and errors.
-    log.info("run #%s “%s”: %s at step %s%s", run.pk, run.name, run.status, run.step,
-             f" ({run.error.splitlines()[0][:200]})" if run.error else "")
+    line = f"run #{run.pk} “{run.name}”: {run.status} at step {run.step}" + (
+        f" ({run.error.splitlines()[0][:200]})" if run.error else "")
+    if state_lines.first_time(run.pk, line):
+        log.info("%s", line)
     payload = {"event": "status", "run_id": run.pk, "status": run.status, "error": run.error or None,
                "step": run.step, "time": timezone.now().timestamp()}
     broadcast_event(run.pk, payload)

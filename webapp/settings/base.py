@@ -180,7 +180,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"health_answers": {"()": "webapp.logfilters.HealthAnswers"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"crucible": {"level": "INFO"}, "django.request": {"level": "ERROR"}},
+    "loggers": {"crucible": {"level": "INFO"},
+                # A /healthz 503 (services still starting) is logged at INFO, not as an ERROR.
+                "django.request": {"level": "ERROR", "filters": ["health_answers"]}},
 }

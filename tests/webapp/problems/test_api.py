@@ -80,7 +80,8 @@ def test_detail_has_the_documented_shape_with_per_problem_verdicts(client_alice,
     assert (v["status"], v["passed"], v["failed"]) == ("done", 2, 1)
     assert [(r["problem_id"], r["reference_passed"], r["empty_failed"]) for r in v["results"]] == [
         ("add", True, True), ("echo-sum", True, True), ("vacuous", True, False)]
-    assert all(set(r) == {"problem_id", "reference_passed", "empty_failed", "detail"} for r in v["results"])
+    assert all(set(r) == {"problem_id", "reference_passed", "empty_failed", "detail",
+                                "excluded"} for r in v["results"])
     light = client_alice.get(f"/api/problem-sets/{ps.pk}?results=false").json()
     assert light["validation"]["results"] == [] and light["validation"]["status"] == "done"
 

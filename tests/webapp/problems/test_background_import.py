@@ -189,3 +189,18 @@ def test_a_large_upload_is_imported_then_validated_by_a_real_celery_worker(clien
     assert ps.import_status == "done" and ps.problem_count == 2
     assert ps.validation_status == "done" and ps.validation_passed == 2, ps.validation_error
     assert not services.upload_dir(ps.pk).exists()
+
+
+@pytest.mark.django_db
+def test_a_held_out_share_chosen_at_upload_is_applied_by_the_import_task(
+        client_alice, inline_16k, django_capture_on_commit_callbacks, monkeypatch):
+    from webapp.problems.curation import heldout_ids
+
+    monkeypatch.setattr(services, "publish_import", lambda pk: None)
+    response = client_alice.post("/api/problem-sets", {"file": upload_file(many(100, split="train")),
+                                                       "heldout_share": "0.1", "heldout_seed": "5"})
+    assert response.status_code == 202 and response.json()["heldout_share"] == 0.1
+    ps = import_problem_set(ProblemSet.objects.get().pk)
+    assert (ps.train_count, ps.heldout_count) == (90, 10)
+    chosen = set(ps.problems.filter(split="heldout").values_list("problem_id", flat=True))
+    assert chosen == heldout_ids((f"add-{i}" for i in range(100)), 0.1, 5)

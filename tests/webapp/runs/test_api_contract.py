@@ -79,7 +79,7 @@ def test_cancelling_a_running_run_answers_cancelling(client_alice, run):
 
 
 @pytest.mark.parametrize("method,path", [
-    ("get", "/api/presets"), ("get", "/api/problem-sets"), ("post", "/api/problem-sets"),
+    ("get", "/api/presets"), ("get", "/api/engines"), ("get", "/api/problem-sets"), ("post", "/api/problem-sets"),
     ("get", "/api/problem-sets/1"), ("get", "/api/runs"), ("post", "/api/runs"), ("get", "/api/runs/1"),
     ("get", "/api/runs/1/metrics"), ("get", "/api/runs/1/problems"),
     ("get", "/api/runs/1/problems/a/candidates"), ("post", "/api/runs/1/cancel"),

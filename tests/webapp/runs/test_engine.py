@@ -9,7 +9,7 @@ import pytest
 from webapp.runs.models import Checkpoint, Eval, Run, StepMetric
 from webapp.runs.services import create_run, ingest_event
 
-from tests.factories import DEMO, TINY_OVERRIDES, make_problem_set, start_event
+from tests.factories import DEMO, TINY_OVERRIDES, form_data, make_problem_set, start_event
 from tests.webapp.conftest import wait_for
 
 from .conftest import demo_config
@@ -56,6 +56,67 @@ def test_the_form_offers_the_engine_and_the_server_settings(client_alice, proble
     assert {"vllm.url", "vllm.gpu_memory_utilization", "vllm.dtype", "vllm.sync"} <= {
         f.name for f in groups["vLLM server (when sampling.engine is vllm)"]}
     assert 'value="vllm"' in r.content.decode()
+
+
+def _engine_environment(tmp_path: Path, *, with_vllm: bool) -> Path:
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    if with_vllm:
+        (site / "vllm").mkdir()
+        (site / "vllm" / "__init__.py").touch()
+    return python
+
+
+def test_the_form_and_the_api_say_when_vllm_is_not_installed_here(client_alice, problem_set, monkeypatch, tmp_path):
+    monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(tmp_path / "missing" / "bin" / "python"))
+    html = client_alice.get(f"/runs/new?problem_set={problem_set.pk}").content.decode()
+    assert '<option value="vllm">vllm (not installed here)</option>' in html
+    assert 'data-unavailable="vllm"' in html and 'id="engine-issue"' in html  # the launch bar names it when chosen
+    assert '<option value="hf" selected>hf</option>' in html
+    assert "⚠ vllm: the vLLM engine environment is not installed" in html and "make vllm-env" in html
+    offers = client_alice.get("/api/engines").json()
+    assert [(o["name"], o["available"]) for o in offers] == [("hf", True), ("vllm", False)]
+    assert offers[0]["reason"] is None and "is not installed" in offers[1]["reason"]
+
+
+def test_an_engine_environment_without_vllm_is_not_offered_as_installed(client_alice, monkeypatch, tmp_path):
+    monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(_engine_environment(tmp_path, with_vllm=False)))
+    assert "has no vllm package" in client_alice.get("/api/engines").json()[1]["reason"]
+
+
+def test_a_listed_vllm_server_is_named_where_the_engine_is_missing(client_alice, monkeypatch, tmp_path, settings):
+    monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(tmp_path / "missing" / "bin" / "python"))
+    settings.VLLM_URLS = ["http://10.0.0.7:8000"]
+    reason = client_alice.get("/api/engines").json()[1]["reason"]
+    assert reason.endswith("a listed server still works: set vllm.url to one of http://10.0.0.7:8000")
+
+
+def test_an_installed_vllm_is_offered_plainly(client_alice, problem_set, monkeypatch, tmp_path):
+    monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(_engine_environment(tmp_path, with_vllm=True)))
+    html = client_alice.get(f"/runs/new?problem_set={problem_set.pk}").content.decode()
+    assert '<option value="vllm">vllm</option>' in html and "not installed" not in html
+    assert 'data-unavailable=""' in html
+    assert client_alice.get("/api/engines").json()[1] == {"name": "vllm", "available": True, "reason": None}
+
+
+def test_the_error_banner_links_each_field_in_error(client_alice, problem_set, monkeypatch, tmp_path):
+    monkeypatch.setenv("CRUCIBLE_VLLM_PYTHON", str(tmp_path / "missing" / "bin" / "python"))
+    r = client_alice.post("/runs/new", form_data(problem_set, name="", **{"sampling.engine": "vllm",
+                                                                          "ppo.clip_range": 0}))
+    assert r.status_code == 200 and not Run.objects.exists()
+    html = r.content.decode()
+    banner = html[html.index('id="form-errors"'):]
+    banner = " ".join(banner[:banner.index("</div>")].split())
+    # In the page's order; the config check (the engine) runs once the form's own fields are valid.
+    assert ('Fix the fields marked below: <a href="#id_name" class="field-link">Run: Name</a>, '
+            '<a href="#id_ppo.clip_range" class="field-link">PPO: clip range</a>.') in banner
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.engine": "vllm"}))
+    html = r.content.decode()
+    assert '<a href="#id_sampling.engine" class="field-link">Sampling: engine</a>' in html
+    assert 'id="id_sampling.engine"' in html
 
 
 def test_the_9b_preset_samples_with_vllm():

@@ -1,0 +1,98 @@
+"""What a user changes of a stored set without uploading it again: a seeded held-out share for a set whose
+file brought no held-out problems, and problems excluded from runs (kept in the set, marked excluded).
+
+Runs and probes read the set through ``services.write_problems_jsonl``, which leaves excluded problems out;
+the export keeps every problem, as uploaded apart from a chosen split."""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable
+
+from django.db import transaction
+
+from .models import Problem, ProblemSet
+
+MAX_HELDOUT_SHARE = 0.9
+
+
+class CurationError(ValueError):
+    """A change the set cannot take; the message says why and what to do instead."""
+
+
+def heldout_ids(problem_ids: Iterable[str], share: float, seed: int) -> set[str]:
+    """The ``round(share * n)`` problems (at least one when ``share`` > 0, never all) whose seeded hash of
+    their id ranks lowest: the same ids, share and seed choose the same problems whatever the rows' order."""
+    ids = sorted(set(problem_ids))
+    if share <= 0 or len(ids) < 2:
+        return set()
+    k = min(max(1, round(share * len(ids))), len(ids) - 1)
+    rank = sorted(ids, key=lambda pid: hashlib.sha256(f"{seed}\0{pid}".encode()).hexdigest())
+    return set(rank[:k])
+
+
+def check_share(share: float, seed: int) -> None:
+    if not 0 <= share <= MAX_HELDOUT_SHARE:
+        raise CurationError(f"the held-out share must be between 0 and {MAX_HELDOUT_SHARE} (0: no held-out "
+                            f"problems); got {share}")
+    if seed < 0:
+        raise CurationError(f"the seed must be a whole number >= 0; got {seed}")
+
+
+def brings_heldout(ps: ProblemSet) -> bool:
+    """The set's file has a held-out split of its own (a chosen share never overrides it)."""
+    return ps.heldout_share is None and ps.problems.filter(split="heldout").exists()
+
+
+def apply_heldout_share(ps: ProblemSet, rows: list[Problem]) -> None:
+    """Set the splits of ``rows`` fresh from a file (``split`` and ``data["split"]``; the caller saves them) from
+    the set's chosen share. A file that brings held-out problems keeps its splits, and the set forgets the share."""
+    if ps.heldout_share is None:
+        return
+    if any(r.split == "heldout" for r in rows):
+        ps.heldout_share, ps.heldout_seed = None, 0
+        return
+    _assign(rows, heldout_ids((r.problem_id for r in rows), ps.heldout_share, ps.heldout_seed))
+
+
+def _assign(rows: list[Problem], heldout: set[str]) -> None:
+    for row in rows:
+        row.split = "heldout" if row.problem_id in heldout else "train"
+        row.data = {**row.data, "split": row.split}
+
+
+def refresh_counts(ps: ProblemSet) -> None:
+    """The set's split and exclusion counts from its rows; train and held-out count only included problems."""
+    included = ps.problems.filter(excluded=False)
+    ps.problem_count = ps.problems.count()
+    ps.train_count = included.filter(split="train").count()
+    ps.heldout_count = included.filter(split="heldout").count()
+    ps.excluded_count = ps.problems.filter(excluded=True).count()
+    ps.save(update_fields=["problem_count", "train_count", "heldout_count", "excluded_count", "heldout_share",
+                           "heldout_seed"])
+
+
+def set_heldout_share(ps: ProblemSet, share: float, seed: int = 0) -> ProblemSet:
+    """Choose ``share`` of the set's problems as held-out (seeded; 0 puts every problem back in train)."""
+    check_share(share, seed)
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().get(pk=ps.pk)
+        if locked.import_status != ProblemSet.Import.DONE:
+            raise CurationError(f"the set's import is {locked.import_status}: choose a held-out share once it is done")
+        if brings_heldout(locked):
+            raise CurationError(f"the set's file brings its own held-out split ({locked.heldout_count} problems); "
+                                "change it in the file and upload it again")
+        locked.heldout_share, locked.heldout_seed = (share, seed) if share > 0 else (None, 0)
+        rows = list(locked.problems.all())
+        _assign(rows, heldout_ids((r.problem_id for r in rows), share, seed))
+        Problem.objects.bulk_update(rows, ["split", "data"], batch_size=500)
+        refresh_counts(locked)
+    return locked
+
+
+def set_excluded(ps: ProblemSet, problem: Problem, excluded: bool) -> ProblemSet:
+    """Exclude a problem from the runs launched afterwards (or include it again); it stays in the set."""
+    with transaction.atomic():
+        locked = ProblemSet.objects.select_for_update().get(pk=ps.pk)
+        Problem.objects.filter(pk=problem.pk, problem_set=locked).update(excluded=excluded)
+        refresh_counts(locked)
+    return locked
