@@ -85,15 +85,13 @@ class RolloutSource:
 
     def __init__(self, config: RunConfig, problems: Sequence[Any], start: Start, *, threads: PhaseThreads,
                  sync: EngineSync, stopped: Callable[[], bool], rank: int = 0, world: int = 1):
-        self.config = config
+        self.config, self.start, self.threads, self.sync = config, start, threads, sync
         self.problems = list(problems)
         """The run's train problems (``pick_problems`` indexes them)."""
-        self.start = start
-        self.threads = threads
-        self.sync = sync
         self.stopped = stopped
         """Whether a stop was requested (polled at the phase boundaries)."""
         self.rank, self.world = rank, world
+        """This process's share of a step's problems (``PlainRollouts``): every ``world``-th from ``rank``."""
 
     def draw(self, step: int, forward: Forward) -> StepRollout | None:
         """Step ``step``'s rollout, sampled, executed and scored, and ``forward`` of its batch.
