@@ -102,7 +102,7 @@ def _threads_label(threads: int | None, side: str) -> str:
     if threads:
         return str(threads)
     if side.startswith("ours"):
-        from training.trainer import PhaseThreads
+        from training.cores import PhaseThreads
 
         phases = PhaseThreads.for_cpu(SANDBOX_WORKERS)
         return f"{phases.idle_threads} gen/update, {phases.busy_threads} beside the sandbox"
@@ -117,9 +117,10 @@ def run_ours(model: str, problems: str, steps: int, threads: int | None, stop_st
              engine: str = "hf", staleness: int = 0, sync: str = "auto") -> dict:
     from training import trainer as T
     from training.config import config_from_dict
+    from training.cores import PhaseThreads
 
     label = _threads_label(threads, "ours")
-    phase_threads = None if threads else T.PhaseThreads.for_cpu(SANDBOX_WORKERS)
+    phase_threads = None if threads else PhaseThreads.for_cpu(SANDBOX_WORKERS)
     _set_threads(threads or (phase_threads.busy_threads if phase_threads else None))
     timings: list[dict] = []
     original = T.Trainer.run_step

@@ -19,7 +19,7 @@ _EXPORTS = {
     "Limits": "limits",
     "Executor": "backends.base", "BACKENDS": "backends.base", "get_executor": "backends.base",
     "SandboxUnavailable": "backends.base",
-    "Candidate": "runner", "Runner": "runner", "run_batch": "runner",
+    "Candidate": "runner", "Runner": "runner", "BatchRunner": "runner", "run_batch": "runner",
     "check_problems": "checks",
     # execution at scale (issue 21)
     "Environment": "problems", "RemoteRunner": "remote", "RemoteUnavailable": "remote",

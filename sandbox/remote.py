@@ -26,7 +26,7 @@ from typing import Sequence
 from urllib.parse import urlsplit
 
 from .result import ExecutionResult
-from .runner import Candidate, Runner, _problem_map
+from .runner import BatchRunner, Candidate, Runner, _problem_map
 
 TOKEN_ENV = "CRUCIBLE_SANDBOX_TOKEN"
 """The environment variable holding the shared token (never a command-line argument: `ps` shows those)."""
@@ -430,7 +430,7 @@ def choose_endpoints(endpoints: Sequence[str]) -> list[str]:
 
 
 def make_runner(*, endpoints: Sequence[str] = (), backend: str = "process", workers: int | None = None,
-                mode: str = "warm", timeout_s: float | None = None, memory_mb: int | None = None):
+                mode: str = "warm", timeout_s: float | None = None, memory_mb: int | None = None) -> BatchRunner:
     """A `RemoteRunner` over `choose_endpoints(endpoints)` when there are any (token from
     CRUCIBLE_SANDBOX_TOKEN), else a local `Runner` pool."""
     chosen = choose_endpoints(endpoints)

@@ -12,7 +12,7 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from .limits import Limits
 from .result import ExecutionResult, Outcome, TestResult
@@ -49,6 +49,23 @@ class Candidate:
         if not isinstance(obj[given[0]], str):
             raise ValueError(f"{given[0]}: must be a string, got {type(obj[given[0]]).__name__}")
         return cls(problem_id=str(pid), **{given[0]: obj[given[0]]})
+
+
+class BatchRunner(Protocol):
+    """What executes batches of candidates: the local pool (`Runner`) and the service replicas
+    (`remote.RemoteRunner`), both made by `remote.make_runner`. Training depends on this seam only."""
+
+    def submit_batch(self, problems, candidates: Sequence[Candidate]) -> Future:
+        """Start a batch and return at once; the Future holds the results in the order of `candidates`.
+        `problems`: a mapping id -> problem, or a sequence of problems."""
+        ...
+
+    def run_batch(self, problems, candidates: Sequence[Candidate]) -> list[ExecutionResult]:
+        """`submit_batch(...).result()`."""
+        ...
+
+    def close(self) -> None:
+        ...
 
 
 def _problem_map(problems) -> dict:

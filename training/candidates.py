@@ -136,13 +136,15 @@ def sandbox_reply(text: str, thinking: bool) -> str:
 _FENCED_BLOCK = re.compile(r"^[ \t]{0,3}```[^\n`]*\n(.*?)^[ \t]{0,3}```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
-def _candidate(candidate_cls: Any, problem: Any, text: str, prompt_style: str) -> Any:
+def sandbox_candidate(candidate_cls: Any, problem: Any, text: str, prompt_style: str) -> Any:
+    """The ``sandbox.Candidate`` (``candidate_cls``) of an answer: a chat reply or a completion."""
     if prompt_style == "chat":
         return candidate_cls(problem_id=problem.id, reply=text)
     return candidate_cls(problem_id=problem.id, completion=text)
 
 
-def _assembled_code(problem: Any, text: str, prompt_style: str) -> str:
+def assembled_code(problem: Any, text: str, prompt_style: str) -> str:
+    """The whole program the sandbox runs for an answer (what a candidate's record shows as ``code``)."""
     from sandbox.candidate import assemble
 
     if prompt_style == "chat":
@@ -150,7 +152,8 @@ def _assembled_code(problem: Any, text: str, prompt_style: str) -> str:
     return assemble(problem, completion=text).code
 
 
-def _result_dict(result: Any) -> dict:
+def result_dict(result: Any) -> dict:
+    """An execution result as its documented JSON object (an ``ExecutionResult`` or already a dict)."""
     if isinstance(result, Mapping):
         return dict(result)
     return result.to_dict()

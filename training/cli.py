@@ -223,8 +223,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.resume and not args.out.exists():
         raise UsageError(f"--resume: run directory not found: {args.out}")
     from training.kernels import KernelRefused
+    from training.cores import PhaseThreads
     from training.policy import ModelLoadError
-    from training.trainer import PhaseThreads, train
+    from training.trainer import train
 
     # --threads pins torch's threads for the whole run; by default they follow the phases of a step
     # (every core while the sandbox is idle, the cores its workers leave while it runs).

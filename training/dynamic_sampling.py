@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import torch
 
 from training.advantages import zero_variance_groups
+from training.candidates import Rollout
 from training.generation import GenerationBatch
-from training.rollout import Rollout
 
 ZERO_VARIANCE = "zero_variance"
 """Set-aside reason: every candidate of the group got the same reward."""

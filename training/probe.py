@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.difficulty import ProblemDifficulty
+
+if TYPE_CHECKING:
+    from sandbox import BatchRunner
 
 CANDIDATES_PER_GENERATE = 256
 """Most candidates sampled by one batched ``generate`` (problems per chunk = this // samples, at least 1)."""
@@ -29,13 +32,13 @@ def chunk_size(problems: int, samples: int) -> int:
     return max(1, min(CANDIDATES_PER_GENERATE // samples, math.ceil(problems / PROGRESS_CHUNKS)))
 
 
-def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: Any, *, samples: int,
+def probe(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: BatchRunner, *, samples: int,
           seed: int = 0, timeout_s: float | None = None, feedback: Any = None,
           progress: Callable[[int, int], None] | None = None) -> Iterator[ProblemDifficulty]:
     """Yield each problem's ``ProblemDifficulty`` in ``problems`` order.
 
     ``sampling`` is the run's ``SamplingConfig`` (its ``candidates_per_problem`` is replaced by
-    ``samples``); ``runner`` a ``sandbox.Runner``; ``seed`` makes the probe repeatable. A sample
+    ``samples``); ``runner`` a ``sandbox.BatchRunner``; ``seed`` makes the probe repeatable. A sample
     passes when every test ran and passed; with ``sampling.turns > 1`` a sample is a repair trajectory
     (``feedback``: the run's ``FeedbackConfig``) and passes when its last turn does.
     ``progress(done, total)`` is called after each chunk (see ``chunk_size``), once its problems'

@@ -19,14 +19,17 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from training import rewards as R
-from training.candidates import (CandidateRecord, Rollout, _assembled_code, _candidate, _result_dict,  # noqa: F401
-                                 sandbox_reply, score_execution)  # (CandidateRecord, sandbox_reply: re-exported)
+from training.candidates import (CandidateRecord, Rollout, assembled_code, result_dict, sandbox_candidate,
+                                 sandbox_reply, score_execution)
 from training.generation import GenerationBatch, build_prompt
+
+if TYPE_CHECKING:
+    from sandbox import BatchRunner
 
 
 @dataclass
@@ -48,7 +51,7 @@ class PendingRollout:
         """Wait for every execution and score the candidates."""
         results: list[list[dict]] = [[] for _ in self.codes]  # per candidate: its executions
         for fut, slots in zip(self.futures, self.slots):
-            chunk = [_result_dict(r) for r in fut.result()]
+            chunk = [result_dict(r) for r in fut.result()]
             size = len(slots)
             repeats = len(chunk) // size if size else 1
             for i, slot in enumerate(slots):
@@ -85,12 +88,17 @@ def pick_problems(num_problems: int, per_step: int, step: int, seed: int) -> lis
     return picked
 
 
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The generator seed of RL step ``step`` on process ``rank`` (its rollout and its minibatch order)."""
+    return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
+
+
 def start_rollout(
     engine: Any,
     tokenizer: Any,
     problems: Sequence[Any],
     sampling: Any,
-    runner: Any,
+    runner: BatchRunner,
     *,
     generator_seed: int | None,
     repeats: int = 1,
@@ -106,9 +114,9 @@ def start_rollout(
     """Generate ``candidates_per_problem`` completions per problem and submit their executions.
 
     ``engine`` is a generation engine (training/engines/; a model is sampled by the ``hf`` engine with
-    ``chunks``), ``runner`` a ``sandbox.Runner`` (kept alive for the whole run). Each piece the engine
-    hands back (a chunk of ``generate``, or one finished vLLM completion) is submitted to the sandbox at
-    once, so executions overlap generation.
+    ``chunks``), ``runner`` executes them (``sandbox.BatchRunner``, kept alive for the whole run). Each
+    piece the engine hands back (a chunk of ``generate``, or one finished vLLM completion) is submitted
+    to the sandbox at once, so executions overlap generation.
     ``overlong`` is the run's ``OverlongConfig`` (None: truncated candidates are scored as they are).
     ``candidates`` overrides K (the difficulty probe samples its own count, one included).
     With ``sampling.turns > 1`` each candidate is a repair trajectory (training/turns.py; ``feedback`` is
@@ -145,8 +153,8 @@ def start_rollout(
             problem = problems[batch.prompt_index[j]]
             text = batch.texts[j]
             answer = sandbox_reply(text, thinking) if sampling.prompt_style == "chat" else text
-            cands.append(_candidate(Candidate, problem, answer, sampling.prompt_style))
-            codes[slot] = _assembled_code(problem, answer, sampling.prompt_style)
+            cands.append(sandbox_candidate(Candidate, problem, answer, sampling.prompt_style))
+            codes[slot] = assembled_code(problem, answer, sampling.prompt_style)
         if submitted_at is None:
             submitted_at = time.monotonic()
         fut = runner.submit_batch(problem_map, cands * repeats)
@@ -213,25 +221,3 @@ def score_rollout(
                    generated_tokens=batch.num_generated_tokens, time_generate_s=time_generate_s,
                    time_sandbox_s=time_sandbox_s)
 
-
-def score_samples(problems: Sequence[Any], batch: GenerationBatch, results: Sequence[Any], *, group_size: int,
-                  prompt_style: str = "completion", reward: Any = None, timeout_s: float | None = None,
-                  max_new_tokens: int | None = None, answers: Sequence[str] | None = None) -> list[CandidateRecord]:
-    """Completions executed once each (the held-out evaluation's samples), scored as a step's candidates
-    are (``score_rollout``), so that they serialise the same way (``CandidateRecord.event_dict``).
-
-    ``batch`` holds ``group_size`` sequences per problem, grouped by problem; ``results`` one execution
-    result per sequence (``ExecutionResult`` or its dict); ``reward`` is the run's ``RewardConfig``
-    (None: the defaults); ``answers`` what of each text went to the sandbox (``sandbox_reply``; None: the
-    texts). The code of each record is the program the sandbox ran.
-    """
-    from training.config import RewardConfig
-
-    reward = reward if reward is not None else RewardConfig()
-    answers = batch.texts if answers is None else answers
-    codes = [_assembled_code(problems[batch.prompt_index[i]], text, prompt_style) for i, text in enumerate(answers)]
-    scored = score_rollout(problems, batch, codes, [[_result_dict(r)] for r in results], group_size=group_size,
-                           weights=reward.weights.as_dict(), normalize=reward.normalize, timeout_s=timeout_s,
-                           prompt_style=prompt_style, overlong=reward.overlong, max_new_tokens=max_new_tokens,
-                           penalize_flags=reward.penalize_flags)
-    return scored.candidates

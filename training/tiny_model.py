@@ -29,7 +29,10 @@ import random
 import re
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from sandbox import BatchRunner
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
 # Qwen3's conventions: the assistant turn opens plainly and a thinking model writes <think>...</think>
@@ -225,7 +228,8 @@ def completion_of(problem: Any) -> str | None:
     return None
 
 
-def warmup_examples(problems: Sequence[Any], runner: Any, *, seed: int = 0, correct_copies: int = CORRECT_COPIES,
+def warmup_examples(problems: Sequence[Any], runner: BatchRunner, *, seed: int = 0,
+                    correct_copies: int = CORRECT_COPIES,
                     wrong_per_problem: int = WRONG_PER_PROBLEM) -> tuple[list[tuple[str, str]], dict]:
     """(prompt, completion) pairs: each train problem's body ``correct_copies`` times plus up to
     ``wrong_per_problem`` distinct variants that the runner confirms fail the tests."""
@@ -299,7 +303,7 @@ def supervised_warmup(model: Any, tokenizer: Any, examples: Sequence[tuple[str, 
 
 def build_tiny_model(out_dir: str | Path, *, warmup_problems: str | Path | None = None, seed: int = 0,
                      arch: str = "qwen3", linear_head_dim: int = 32,
-                     warmup_steps: int = WARMUP_STEPS, runner: Any = None, log: Any = None,
+                     warmup_steps: int = WARMUP_STEPS, runner: BatchRunner | None = None, log: Any = None,
                      correct_copies: int = CORRECT_COPIES, wrong_per_problem: int = WRONG_PER_PROBLEM,
                      warmup_lr: float = 3e-3, batch_size: int = 32) -> Path:
     """Build the tiny ``arch`` model (+ tokenizer) into ``out_dir``; with ``warmup_problems``, warm-start it

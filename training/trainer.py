@@ -1,9 +1,11 @@
 """The RL loop: sample -> sandbox -> reward -> advantage -> PPO update -> events / eval / checkpoint.
 
-Per step (reads top to bottom in ``Trainer.run_step``):
+Per step (reads top to bottom in ``Trainer.run_step``: rollout -> advantages -> update):
 
-1. pick ``problems_per_step`` train problems (seeded epochs, a pure function of the step); with
-   ``sampling.dynamic`` the step samples in rounds until that many groups are informative
+1. the rollout, from the source the config chose (rollout_sources.py: plain, dynamic sampling, or
+   sampled ahead with ``sampling.staleness: 1``), which also sets torch's threads around its phases
+   (cores.py): pick ``problems_per_step`` train problems (seeded epochs, a pure function of the step);
+   with ``sampling.dynamic`` the step samples in rounds until that many groups are informative
    (dynamic_sampling.py), and the log-prob passes of step 3 run after the last round, on those groups;
 2. one batched ``generate`` of ``candidates_per_problem`` completions each, submitted to the sandbox
    as soon as decoded;
@@ -39,10 +41,8 @@ import threading
 import time
 import warnings
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as futures_wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -50,8 +50,10 @@ from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
 from training.advantages import (clip_advantages, compute_advantages, token_advantages, turn_advantages,
                                  zero_variance_groups, zero_variance_turn_groups)
+from training.candidates import Rollout
 from training.config import RunConfig, config_to_dict
-from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
+from training.cores import PhaseThreads
+from training.dynamic_sampling import ZERO_VARIANCE
 from training.engines import make_engine
 from training.engines.vllm_server import EngineStartCancelled
 from training import metrics as metric_registry
@@ -61,10 +63,14 @@ from training.losses import logprob_mismatch, ppo_loss, tis_weights
 from training.policy import (fused_lora, load_policy, lora_sampling, sequence_logprobs, shared_prompt_logprobs,
                              shared_prompts_supported)
 from training.rewards import DIMENSIONS
-from training.rollout import Rollout, pick_problems, start_rollout
-from training.turns import turn_metrics
+from training.rollout import start_rollout, step_seed
+from training.rollout_sources import EngineSync, RolloutSource, StepRollout, make_rollout_source
 from training.runtime import describe as describe_runtime
 from training.static_decoding import describe as describe_sampling
+from training.turns import turn_metrics
+
+if TYPE_CHECKING:
+    from sandbox import BatchRunner
 
 
 class StopSignal:
@@ -91,15 +97,15 @@ class StopSignal:
 
 
 def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_file: str | Path | None = None,
-          runner: Any = None, rollout_chunks: int = 1, progress: bool = True,
-          phase_threads: "PhaseThreads | None" = None) -> str:
+          runner: BatchRunner | None = None, rollout_chunks: int = 1, progress: bool = True,
+          phase_threads: PhaseThreads | None = None) -> str:
     """Run (or, with ``resume``, continue from its last checkpoint) a training run into ``out_dir``.
 
     Returns the final status, ``succeeded`` or ``cancelled``; an error writes ``done: failed`` and
-    re-raises. ``runner`` overrides the ``sandbox.Runner`` built from ``config.sandbox`` (it must
-    offer ``run_batch`` and ideally ``submit_batch``; it is not closed here). ``rollout_chunks``
-    splits generation to overlap it with execution (see rollout.py). ``phase_threads`` sets torch's
-    CPU threads per phase (``PhaseThreads.for_cpu``); None leaves them as they are.
+    re-raises. ``runner`` overrides the ``sandbox.BatchRunner`` built from ``config.sandbox`` (it is not
+    closed here). ``rollout_chunks`` splits generation to overlap it with execution (see rollout.py).
+    ``phase_threads`` sets torch's CPU threads per phase (``cores.PhaseThreads.for_cpu``); None leaves
+    them as they are.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -126,8 +132,8 @@ def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_
 
 class Trainer:
     def __init__(self, config: RunConfig, out_dir: Path, accelerator: Any, events: EventWriter, stop: StopSignal,
-                 *, runner: Any = None, rollout_chunks: int = 1, progress: bool = True,
-                 phase_threads: "PhaseThreads | None" = None):
+                 *, runner: BatchRunner | None = None, rollout_chunks: int = 1, progress: bool = True,
+                 phase_threads: PhaseThreads | None = None):
         from sandbox.formats import load_problems
 
         self.config = config
@@ -172,20 +178,13 @@ class Trainer:
         self.resumed_from: int | None = None
         self.runner = runner
         self._own_runner = runner is None
-        self._pool: ThreadPoolExecutor | None = None
         self._checkpointed: set[int] = set()
         self.engine: Any = None
         """The generation engine (training/engines/), made in ``run`` once the model is prepared."""
         self.shared_prompts = False
         """Log-prob passes run each distinct prompt once (``shared_prompt_logprobs``); set in ``run``."""
-        self._engine_step = 0
-        """The step whose policy the engine samples (its adapter was synced after that step's update)."""
-        self._ahead: Future | None = None
-        """sampling.staleness 1: the next step's rollout, sampled in the background while this step updates."""
-        self._ahead_step = 0
-        self._ahead_widened = False
-        self._widen_checked = 0.0
-        self._ahead_pool: ThreadPoolExecutor | None = None
+        self.rollouts: RolloutSource | None = None
+        """Where each step's rollout comes from (rollout_sources.py), made in ``run`` with the engine."""
 
     # ------------------------------------------------------------------------------------------ run
 
@@ -197,7 +196,6 @@ class Trainer:
                 state = ckpt.load_checkpoint(latest, self.policy.model, self.optimizer, self.scheduler)
                 self.start_step = self.resumed_from = state.step
                 self._checkpointed.add(state.step)
-        self._engine_step = self.start_step  # the engine starts from the policy the run starts from
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.shared_prompts = shared_prompts_supported(self.model)
         runtime = describe_runtime(self.accelerator.unwrap_model(self.model), dtype=cfg.model.dtype,
@@ -210,6 +208,12 @@ class Trainer:
         runtime["engine"] = self.engine.describe()
         runtime["sampling"] = {**describe_sampling(self.accelerator.unwrap_model(self.model), cfg.sampling,
                                                    self.accelerator.device), "lora": lora_sampling(self.model)}
+        acc = self.accelerator
+        # the engine starts from the policy the run starts from
+        sync = EngineSync(self.engine, acc.unwrap_model(self.model), self.start_step)
+        self.rollouts = make_rollout_source(cfg, self.train_problems, self._start_rollout, threads=self.threads,
+                                            sync=sync, stopped=self._stop_requested, rank=acc.process_index,
+                                            world=acc.num_processes, zero_variance=self._zero_variance)
         self.events.write(start_event(config_to_dict(cfg), cfg.model.name_or_path, steps=cfg.train.steps,
                                       runtime=runtime, resumed_from=self.resumed_from, dropped=self.dropped))
         if self.runner is None:
@@ -249,74 +253,60 @@ class Trainer:
         return "succeeded"
 
     def run_step(self, step: int) -> tuple[dict, list[Problem]] | None:
-        cfg, acc = self.config, self.accelerator
+        """One RL step: rollout -> advantages -> update. -> (metrics, problem events); None when a stop
+        was requested before the update (the half-done step is dropped)."""
+        acc = self.accelerator
         t_step = time.monotonic()
-        picked = pick_problems(len(self.train_problems), cfg.sampling.problems_per_step, step, cfg.train.seed)
-        drawn = None
-        if cfg.sampling.dynamic:  # rounds until the batch is informative (dynamic_sampling.py)
-            drawn = sample_informative(
-                picked, per_step=cfg.sampling.problems_per_step, max_rounds=cfg.sampling.max_rounds,
-                num_problems=len(self.train_problems), seed=cfg.train.seed, step=step,
-                roll=lambda indices, round_: self._roll(indices, step, round_), zero_variance=self._zero_variance)
-            if drawn is None:
-                return None
-            rollout, sampled = drawn.kept(), drawn.sampled()
-            with self.threads.idle():  # the sandbox is done: these passes get every core
-                passes = self._forward_passes(rollout.batch, step) if rollout is not None else None
-        elif cfg.sampling.staleness:  # sampled while the previous step updated; the next one starts now
-            ahead = self._rollout_ahead(step)
-            if ahead is None:
-                return None
-            rollout, sampled_at, wait_s, sync_s = ahead
-            sampled = rollout
-            self.threads.busy()  # the engine and the sandbox work on the next step meanwhile
-            passes = self._forward_passes(rollout.batch, step)
-        else:
-            problems = [self.train_problems[i] for i in picked][acc.process_index::acc.num_processes]
-            with self.threads.idle():  # nothing is executing yet: generation gets every core
-                pending = self._start_rollout(problems, _step_seed(cfg.train.seed, step, acc.process_index))
-            # While the sandbox runs: the forward passes that do not depend on rewards (on the cores the
-            # sandbox workers leave free).
-            self.threads.busy()
-            passes = self._forward_passes(pending.batch, step)
-            rollout = sampled = pending.finish()
-            if self._stop_requested():
-                return None
+        # rollout: sampled, executed, scored (and the forward passes that need no reward, meanwhile)
+        drawn = self.rollouts.draw(step, lambda batch: self._forward_passes(batch, step))
+        if drawn is None:
+            return None
 
         t_up = time.monotonic()
         lr = self.optimizer.param_groups[0]["lr"]
+        rollout, passes = drawn.rollout, drawn.passes
         if rollout is None:  # no informative group in max_rounds rounds: nothing to learn from this step
             update = _no_update()
         else:
-            # Advantages: per group, zero-variance groups counted (and maybe dropped), then clipped.
             tensors, ref_logprobs, old_logprobs, kl_coef, _ = passes
-            if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":  # per turn: one value per token
-                advantages = _discounted_advantages(cfg, rollout, tensors["token_turns"])  # (N, C)
-            else:
-                advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
-                advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
-            zero_var = self._zero_variance(rollout)  # (P,)
-            k = cfg.sampling.candidates_per_problem
-            keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
-            keep = keep.repeat_interleave(k)  # (N,)
-            if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
-                keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
-            # the sandbox is done: the update gets every core, unless the next step is being sampled
-            with self.threads.idle() if not cfg.sampling.staleness else self.threads.back_to_busy():
+            advantages, keep = self._advantages(rollout, tensors)  # advantages
+            with self.rollouts.update_threads():  # update
                 update = self._update(tensors, advantages.to(acc.device), keep.to(acc.device),
                                       old_logprobs, ref_logprobs, kl_coef, step)
-            if not cfg.sampling.staleness:  # the next step samples the updated policy
-                sync_s = self._sync_engine(step)
-                if sync_s is not None:
-                    update["time/sync_s"] = sync_s
+            update.update(self.rollouts.after_update(step))
         with warnings.catch_warnings():
             # a step whose groups were all dropped made no optimizer step; the schedule still advances
             warnings.filterwarnings("ignore", message=r".*lr_scheduler.step\(\)` before `optimizer.step\(\)`.*")
             self.scheduler.step()
         logprob_s = passes[4] if passes is not None else 0.0
         update_s = time.monotonic() - t_up + logprob_s
+        metrics, problem_events = self._report(step, drawn, update, lr=lr, update_s=update_s, logprob_s=logprob_s,
+                                               step_s=time.monotonic() - t_step)
+        if acc.num_processes > 1:
+            metrics, problem_events = _gather(acc, metrics, problem_events)
+        return metrics, problem_events
 
-        # Metrics and problem events cover every sampled group (all rounds): what the policy did.
+    def _advantages(self, rollout: Rollout, tensors: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per group, clipped; zero-variance groups counted (and maybe dropped), as are cut-off answers
+        with ``reward.overlong.mode: mask``. -> advantages (N,) or per token (N, C), keep (N,) bool"""
+        cfg = self.config
+        if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":  # per turn: one value per token
+            advantages = _discounted_advantages(cfg, rollout, tensors["token_turns"])  # (N, C)
+        else:
+            advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+            advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
+        zero_var = self._zero_variance(rollout)  # (P,)
+        keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
+        keep = keep.repeat_interleave(cfg.sampling.candidates_per_problem)  # (N,)
+        if cfg.reward.overlong.mode == "mask":  # a cut-off answer says nothing about the policy's ending
+            keep = keep & ~torch.tensor(rollout.batch.truncated, dtype=torch.bool)
+        return advantages, keep
+
+    def _report(self, step: int, drawn: StepRollout, update: dict, *, lr: float, update_s: float, logprob_s: float,
+                step_s: float) -> tuple[dict, list[Problem]]:
+        """The step's metrics and problem events, over every sampled group (all rounds): what the policy did."""
+        cfg = self.config
+        sampled = drawn.sampled
         zero_var = self._zero_variance(sampled)  # (P_sampled,)
         metrics = _rollout_metrics(sampled, zero_var)
         if cfg.sampling.turns > 1:
@@ -326,30 +316,19 @@ class Trainer:
             "lr": lr, "kl_coef": cfg.ppo.kl_coef * cfg.schedule.kl_factor(step - 1),
             "tokens_per_s": sampled.generated_tokens / max(sampled.time_generate_s, 1e-9),
             "time/rollout_s": sampled.time_generate_s, "time/sandbox_s": sampled.time_sandbox_s,
-            "time/update_s": update_s, "time/logprob_s": logprob_s, "time/step_s": time.monotonic() - t_step,
+            "time/update_s": update_s, "time/logprob_s": logprob_s, "time/step_s": step_s,
         })
-        if cfg.sampling.staleness:
-            metrics.update({"rollout/staleness": float(step - 1 - sampled_at), "time/wait_s": wait_s})
-            if sync_s is not None:
-                metrics["time/sync_s"] = sync_s
-        if drawn is not None:
-            metrics.update(drawn.metrics())
-            fates = [{"round": ref.round, "used": ref.set_aside is None, "set_aside": ref.set_aside}
-                     for ref in drawn.groups]
-        elif cfg.ppo.drop_zero_variance_groups:
+        metrics.update(drawn.metrics)
+        fates = drawn.fates
+        if fates is None and cfg.ppo.drop_zero_variance_groups:
             fates = [{"used": not z, "set_aside": ZERO_VARIANCE if z else None} for z in zero_var.tolist()]
-        else:
-            fates = None
-        problem_events = _problem_events(step, sampled, zero_var, fates)
-        if acc.num_processes > 1:
-            metrics, problem_events = _gather(acc, metrics, problem_events)
-        return metrics, problem_events
+        return metrics, _problem_events(step, sampled, zero_var, fates)
 
     def _start_rollout(self, problems: list, generator_seed: int):
         cfg = self.config
         return start_rollout(
             self.engine, self.tokenizer, problems, cfg.sampling,
-            _Submitter(self.runner, self._executor()), generator_seed=generator_seed, repeats=cfg.reward.repeats,
+            self.runner, generator_seed=generator_seed, repeats=cfg.reward.repeats,
             chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
             feedback=cfg.feedback)
@@ -364,92 +343,6 @@ class Trainer:
                       for g in range(len(rollout.problems))]
             return zero_variance_turn_groups(groups, cfg.reward.turn_discount)
         return zero_variance_groups(rollout.rewards)
-
-    def _sync_engine(self, step: int) -> float | None:
-        """Make the engine sample the policy as it is after ``step``'s update (hf samples the model in
-        place: nothing to do). -> seconds spent, None when nothing was synced"""
-        if self.engine.name == "hf" or self._engine_step >= step:
-            self._engine_step = max(self._engine_step, step)
-            return None
-        t0 = time.monotonic()
-        self.engine.sync(self.accelerator.unwrap_model(self.model))
-        self._engine_step = step
-        return time.monotonic() - t0
-
-    def _rollout_ahead(self, step: int) -> tuple[Rollout, int, float, float | None] | None:
-        """``sampling.staleness`` 1: step ``step``'s rollout (sampled in the background while step - 1
-        updated, by the policy before that update), then the engine gets step - 1's policy and step + 1's
-        rollout starts, to run while this step updates. None when a stop was requested.
-        -> rollout, the step whose policy sampled it, seconds waited for it, seconds of the engine sync"""
-        t0 = time.monotonic()
-        if self._ahead is None:  # the run's (or the resumed run's) first step: nothing was sampled ahead
-            self._submit_ahead(step)
-        assert self._ahead_step == step, (self._ahead_step, step)
-        rollout, sampled_at = self._ahead.result()
-        self._ahead = None
-        self._ahead_widened = False
-        wait_s = time.monotonic() - t0
-        if self._stop_requested():
-            return None
-        sync_s = self._sync_engine(step - 1)
-        if step < self.config.train.steps:
-            self._submit_ahead(step + 1)
-        return rollout, sampled_at, wait_s, sync_s
-
-    def _submit_ahead(self, step: int) -> None:
-        picked = pick_problems(len(self.train_problems), self.config.sampling.problems_per_step, step,
-                               self.config.train.seed)
-        problems = [self.train_problems[i] for i in picked]
-        seed = _step_seed(self.config.train.seed, step, 0)
-        sampled_at = self._engine_step
-
-        def roll() -> tuple[Rollout, int]:
-            return self._start_rollout(problems, seed).finish(), sampled_at
-
-        if self._ahead_pool is None:
-            self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
-        self._ahead = self._ahead_pool.submit(roll)
-        self._ahead_step = step
-        self._ahead_widened = False
-        self._widen_checked = 0.0
-
-    def _widen_when_alone(self) -> None:
-        """``sampling.staleness`` 1: this step's passes and update start beside the rollout sampled ahead,
-        on the cores its engine and sandbox leave; once that rollout is done (between two micro-batches)
-        they take every core the machine leaves free (on 2 cores: a 1-thread update finishes on 2)."""
-        if not self.config.sampling.staleness or self._ahead_widened:
-            return
-        if self._ahead is not None and not self._ahead.done():  # None: the run's last step
-            return
-        now = time.monotonic()
-        if now - self._widen_checked >= WIDEN_RECHECK_S:  # vLLM's worker spins ~1 s after its last request
-            self._widen_checked = now
-            self._ahead_widened = self.threads.widen()
-
-    def _settle(self, step: int) -> None:
-        """Before the engine samples for evaluation or the tokenizer is saved: the rollout sampled ahead
-        (if any) is complete, and the engine samples the policy after ``step``."""
-        if self._ahead is not None:
-            futures_wait([self._ahead])  # its result (or error) is taken by the next step
-        self._sync_engine(step)
-
-    def _drop_ahead(self) -> None:
-        """The run ends before the rollout sampled ahead is used: end it (its requests with the engine)."""
-        if self._ahead is None:
-            return
-        if not self._ahead.done():
-            self.engine.close()  # the run is ending: in-flight requests fail now instead of finishing
-        futures_wait([self._ahead])
-        self._ahead = None
-
-    def _roll(self, indices: list[int], step: int, round_: int) -> Rollout | None:
-        """One dynamic-sampling round: roll out and score ``indices``; None when a stop was requested."""
-        seed = _step_seed(self.config.train.seed, step, 0) + _ROUND_SEED * (round_ - 1)
-        with self.threads.idle():
-            pending = self._start_rollout([self.train_problems[i] for i in indices], seed)
-        self.threads.busy()
-        rollout = pending.finish()
-        return None if self._stop_requested() else rollout
 
     def _forward_passes(self, batch, step: int) -> tuple[dict, torch.Tensor | None, torch.Tensor | None, float, float]:
         """The passes that do not depend on rewards: reference log-probs (when there is a KL term) and,
@@ -478,7 +371,6 @@ class Trainer:
         micro = _micro_batches(tensors, torch.arange(n, device=out.device), mb, self.shared_prompts)
         with ctx as model, fused_lora(model):
             for idx in micro:
-                self._widen_when_alone()
                 logp, _, _, width = self._micro_logprobs(model, tensors, idx)
                 out[idx, :width] = logp
         return out
@@ -509,7 +401,7 @@ class Trainer:
         if n == 0:  # every group was zero-variance and dropped: nothing to learn from this step
             return _no_update()
         mb_size = min(cfg.minibatch_size or n, n)
-        gen = torch.Generator().manual_seed(_step_seed(self.config.train.seed, step, acc.process_index))
+        gen = torch.Generator().manual_seed(step_seed(self.config.train.seed, step, acc.process_index))
         params = [p for p in self.model.parameters() if p.requires_grad]
         mismatch = _Mismatch()
         with fused_lora(self.model):
@@ -543,7 +435,6 @@ class Trainer:
                 num_tokens = completion_mask[mb].sum().clamp(min=1).float()
                 micro = _micro_batches(tensors, mb, cfg.micro_batch_size, self.shared_prompts)
                 for j, idx in enumerate(micro):
-                    self._widen_when_alone()
                     sync = acc.no_sync(self.model) if j < len(micro) - 1 else contextlib.nullcontext()
                     with sync:
                         logp, entropy, cmask, width = self._micro_logprobs(
@@ -583,7 +474,7 @@ class Trainer:
             return
         from training.evaluation import evaluate
 
-        self._settle(step)  # the evaluation samples the policy after this step, alone
+        self.rollouts.settle(step)  # the evaluation samples the policy after this step, alone
         if self.accelerator.is_main_process:
             n = self.config.train.eval_samples
             # record: each problem's samples ride in per_problem as a step's candidates do in its
@@ -597,8 +488,8 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def save(self, step: int) -> None:
-        if self._ahead is not None:  # the tokenizer is saved too: not while the rollout ahead tokenizes
-            futures_wait([self._ahead])
+        if self.rollouts is not None:  # the tokenizer is saved too: not while a rollout in flight tokenizes
+            self.rollouts.wait()
         path, kind = ckpt.save_checkpoint(
             self.out_dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
             config_to_dict(self.config), is_lora=self.policy.is_lora, accelerator=self.accelerator)
@@ -616,17 +507,15 @@ class Trainer:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
-        if self._ahead_pool is not None:  # after the engine: a rollout still sampling ends with it
-            self._ahead_pool.shutdown(wait=True)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        if self.rollouts is not None:  # after the engine: a rollout still sampling ends with it
+            self.rollouts.close()
         if self._own_runner and self.runner is not None:
             self.runner.close()
 
     # -------------------------------------------------------------------------------------- helpers
 
     def _cancel(self, last_done: int) -> str:
-        self._drop_ahead()
+        self.rollouts.drop()
         if last_done not in self._checkpointed:
             self.save(last_done)
         else:  # the checkpoint exists already (resume point or cadence): point at it again
@@ -659,11 +548,6 @@ class Trainer:
         return make_engine(cfg, self.accelerator.unwrap_model(self.model), self.tokenizer, run_dir=self.out_dir,
                            chunks=self.rollout_chunks, stop=self.stop.requested, log=log, max_prompt_tokens=max_prompt)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-submit")
-        return self._pool
-
     def _progress(self, step: int, steps: int, started: float, metrics: dict) -> None:
         if not (self.progress and self.accelerator.is_main_process):
             return
@@ -673,97 +557,6 @@ class Trainer:
         print(f"step {step}/{steps} | {per_step:.1f} s/step | ETA {_duration(eta)} | "
               f"reward {metrics.get('reward/mean', 0.0):.3f} | pass {metrics.get('pass@1/train', 0.0):.3f} | "
               f"kl {metrics.get('kl', 0.0):.4f}", file=sys.stderr, flush=True)
-
-
-class PhaseThreads:
-    """Torch CPU threads per phase of a step. While the sandbox executes candidates its workers need
-    their cores, and OpenMP threads competing with them spin and wait (measured on 2 busy cores: 2
-    threads made the overlapping log-prob passes 4-5x slower than 1). Generation and the update run
-    while the sandbox is idle; there every core helps when nothing else is running (the update ~1.5x
-    faster with 2 threads than 1 on 2 idle cores) and hurts badly when something is (9x slower with
-    2 threads on 2 cores loaded by another process: each parallel region waits for a descheduled
-    thread). So the idle phases take every core only while the machine leaves them free, judged by
-    what is runnable at the phase's start (``_cores_free``).
-    ``busy``/``idle`` None: leave the thread count alone."""
-
-    def __init__(self, busy: int | None, idle: int | None):
-        self.busy_threads, self.idle_threads = busy, idle
-
-    @classmethod
-    def for_cpu(cls, sandbox_workers: int) -> "PhaseThreads":
-        """Every core while the sandbox is idle (and the machine too), the cores its workers leave (at
-        least 1) while it runs; nothing switched when ``OMP_NUM_THREADS`` is set or a GPU does the work."""
-        import os
-
-        if os.environ.get("OMP_NUM_THREADS") or torch.cuda.is_available():
-            return cls(None, None)
-        cores = len(os.sched_getaffinity(0))
-        return cls(max(1, cores - sandbox_workers), cores)
-
-    def busy(self) -> None:
-        if self.busy_threads:
-            torch.set_num_threads(self.busy_threads)
-
-    def widen(self) -> bool:
-        """Every core now, if the machine leaves them free (``idle`` without its context: ``busy`` or the
-        end of ``back_to_busy`` goes back). -> False when the cores are taken (worth asking again)"""
-        if not self.idle_threads:
-            return True
-        if not _cores_free(self.idle_threads, self.busy_threads or 1):
-            return False
-        torch.set_num_threads(self.idle_threads)
-        return True
-
-    @contextlib.contextmanager
-    def back_to_busy(self):
-        """A phase that may ``widen``: the busy count again after it."""
-        try:
-            yield
-        finally:
-            self.busy()
-
-    @contextlib.contextmanager
-    def idle(self):
-        if self.idle_threads:
-            torch.set_num_threads(self.idle_threads if _cores_free(self.idle_threads, self.busy_threads or 1)
-                                  else self.busy_threads or 1)
-        try:
-            yield
-        finally:
-            self.busy()
-
-
-def _cores_free(wanted: int, own: int) -> bool:
-    """Whether ``wanted`` cores are free for this process: the tasks runnable on the machine right now
-    (``_runnable_now``; else the 1-minute load average), less this process's own ``own`` running
-    threads, leave them (with half a core of slack). Not the load average first: it still counts, for
-    a minute, work that has just ended, such as this step's generation in a vLLM server that is now
-    idle (measured: the update then ran on 1 thread of 2 free cores, 3.3 s instead of 1.9 s)."""
-    import os
-
-    load = _runnable_now()
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # no load figure on this platform: do not risk oversubscription
-            return False
-    return load - own <= len(os.sched_getaffinity(0)) - wanted + 0.5
-
-
-def _runnable_now(samples: int = 3, gap_s: float = 0.002) -> float | None:
-    """Tasks runnable on the machine now, the reader included: the median of a few reads of the running
-    count in /proc/loadavg (one read can catch a short burst). None where that file is missing."""
-    counts = []
-    for i in range(samples):
-        try:
-            with open("/proc/loadavg") as f:
-                counts.append(int(f.read().split()[3].split("/")[0]))
-        except (OSError, IndexError, ValueError):
-            return None
-        if i + 1 < samples:
-            time.sleep(gap_s)
-    counts.sort()
-    return float(counts[len(counts) // 2])
 
 
 class _Mismatch:
@@ -780,19 +573,6 @@ class _Mismatch:
     def metrics(self) -> dict[str, float]:
         return {"rollout/logprob_diff_max": self.max_diff,
                 "rollout/mismatch_kl": self.k3_sum / max(self.tokens, 1.0)}
-
-
-class _Submitter:
-    """``submit_batch`` for runners that only have ``run_batch`` (runs it on a helper thread)."""
-
-    def __init__(self, runner: Any, pool: ThreadPoolExecutor):
-        self.runner = runner
-        self.pool = pool
-
-    def submit_batch(self, problems: Any, candidates: list) -> Future:
-        if hasattr(self.runner, "submit_batch"):
-            return self.runner.submit_batch(problems, candidates)
-        return self.pool.submit(self.runner.run_batch, problems, candidates)
 
 
 def _micro_batch(tensors: dict, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -936,17 +716,6 @@ def _make_accelerator() -> Any:
 def _temperature(cfg: RunConfig) -> float:
     t = cfg.sampling.temperature
     return t if t > 0 else 1.0
-
-
-_ROUND_SEED = 15_485_863
-WIDEN_RECHECK_S = 0.2
-"""sampling.staleness 1: how often a step that runs beside the rollout sampled ahead asks, once that rollout is
-done, whether it may take every core (``Trainer._widen_when_alone``)."""
-"""Generator-seed offset between dynamic-sampling rounds (a prime far above any chunk offset)."""
-
-
-def _step_seed(seed: int, step: int, rank: int) -> int:
-    return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
 
 
 def _seed_everything(seed: int) -> None:

@@ -25,15 +25,18 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from training import rewards as R
 from training.feedback import continuation_ids, feedback_message
 from training.generation import GenerationBatch, build_prompt
-from training.candidates import (CandidateRecord, Rollout, _assembled_code, _candidate, _result_dict, sandbox_reply,
-                                 score_execution)
+from training.candidates import (CandidateRecord, Rollout, assembled_code, result_dict, sandbox_candidate,
+                                 sandbox_reply, score_execution)
+
+if TYPE_CHECKING:
+    from sandbox import BatchRunner
 
 TURN_SEED = 1_000_033
 """Generator-seed offset between turns (a prime, apart from chunk and dynamic-sampling round offsets)."""
@@ -143,14 +146,14 @@ class PendingTrajectories:
                                   **self.score_args)
 
 
-def start_trajectories(engine: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: Any, *, k: int,
-                       generator_seed: int | None, repeats: int = 1, feedback: Any = None,
+def start_trajectories(engine: Any, tokenizer: Any, problems: Sequence[Any], sampling: Any, runner: BatchRunner, *,
+                       k: int, generator_seed: int | None, repeats: int = 1, feedback: Any = None,
                        score_args: dict | None = None) -> PendingTrajectories:
     """Roll out ``k`` repair trajectories per problem for up to ``sampling.turns`` turns (module docstring).
 
-    ``engine`` a generation engine, ``runner`` anything with ``submit_batch(problems, candidates) ->
-    Future``; ``feedback`` the run's ``FeedbackConfig`` (None: the defaults); ``score_args`` the scoring
-    keywords of ``score_trajectories`` (weights, normalize, timeout_s, overlong, penalize_flags).
+    ``engine`` a generation engine, ``runner`` executes the turns (``sandbox.BatchRunner``); ``feedback``
+    the run's ``FeedbackConfig`` (None: the defaults); ``score_args`` the scoring keywords of
+    ``score_trajectories`` (weights, normalize, timeout_s, overlong, penalize_flags).
     """
     from sandbox import Candidate
     from training.config import FeedbackConfig
@@ -185,12 +188,12 @@ def start_trajectories(engine: Any, tokenizer: Any, problems: Sequence[Any], sam
                 problem = problems[traj.group]
                 answer = sandbox_reply(batch.texts[row], thinking)
                 traj.turns.append(Turn(
-                    reply=batch.texts[row], answer=answer, code=_assembled_code(problem, answer, "chat"),
+                    reply=batch.texts[row], answer=answer, code=assembled_code(problem, answer, "chat"),
                     completion_ids=list(batch.completion_ids[row]),
                     sampler_logprobs=list(batch.sampler_logprobs[row]) if batch.sampler_logprobs else [],
                     finish_reason=batch.finish_reasons[row], generated_tokens=batch.generated_tokens[row]))
                 owners.append(index)
-                cands.append(_candidate(Candidate, problem, answer, "chat"))
+                cands.append(sandbox_candidate(Candidate, problem, answer, "chat"))
             if submitted_at is None:
                 submitted_at = time.monotonic()
             fut = runner.submit_batch(problem_map, cands * repeats)
@@ -227,7 +230,7 @@ def start_trajectories(engine: Any, tokenizer: Any, problems: Sequence[Any], sam
 def _collect(futures: Sequence[tuple[Future, list[int]]], trajectories: Sequence[Trajectory], repeats: int) -> None:
     """Wait for ``futures`` and give each trajectory's newest turn its executions."""
     for fut, owners in futures:
-        chunk = [_result_dict(r) for r in fut.result()]
+        chunk = [result_dict(r) for r in fut.result()]
         size = len(owners)
         reps = len(chunk) // size if size else repeats
         for i, index in enumerate(owners):

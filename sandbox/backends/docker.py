@@ -20,7 +20,6 @@ import select
 import socket
 import subprocess
 import threading
-import time
 
 from ..limits import Limits
 from ..protocol.channel import Channel, Done, ExecIO, FrameReader, WorkerBroken

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from tests.training.conftest import tiny_run_config
+from training.candidates import CandidateRecord, Rollout
 from training.dynamic_sampling import (SURPLUS, ZERO_VARIANCE, draw_more, merge_rollouts, round_size,
                                        sample_informative)
 from training.events import read_events
 from training.generation import GenerationBatch
-from training.rollout import CandidateRecord, Rollout
 
 K = 2
 INFORMATIVE, FLAT = [1.0, 0.0], [0.5, 0.5]
@@ -164,6 +164,13 @@ def test_merging_keeps_each_groups_candidates_tokens_and_rewards_together():
 class ScriptedRunner:
     """The sandbox's verdicts scripted by problem: ``never-*`` always fails; any other problem passes
     for every other candidate of a batch (so its group of an even size is always informative)."""
+
+    def submit_batch(self, problems, candidates):
+        from concurrent.futures import Future
+
+        done = Future()
+        done.set_result(self.run_batch(problems, candidates))
+        return done
 
     def run_batch(self, problems, candidates):
         from sandbox.result import ExecutionResult, TestResult

@@ -5,7 +5,7 @@ import json
 import runpy
 import subprocess
 import sys
-from dataclasses import dataclass
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -48,20 +48,18 @@ def test_default_ks_are_powers_of_two_and_n():
     assert default_ks(1) == [1]
 
 
-@dataclass
-class Problem:
-    id: str
-    prompt: str
-    kind: str = "function"
-    entry_point: str = "f"
-    split: str = "heldout"
+def _problem(pid, prompt):
+    from sandbox import Problem
+
+    return Problem(id=pid, kind="function", prompt=prompt, entry_point="f", tests=("assert True", "assert True"),
+                   split="heldout")
 
 
-@dataclass
-class Result:
-    status: str
-    tests_passed: int
-    tests_total: int = 2
+def _result(status, tests_passed, tests_total=2):
+    from sandbox.result import ExecutionResult, TestResult
+
+    return ExecutionResult(status=status, tests=[TestResult(name=f"test {i + 1}", passed=i < tests_passed)
+                                                 for i in range(tests_total)], isolation="scripted")
 
 
 class ScriptedRunner:
@@ -71,16 +69,21 @@ class ScriptedRunner:
         self.passing = passing
         self.seen = []
 
+    def submit_batch(self, problems, candidates):
+        done = Future()
+        done.set_result(self.run_batch(problems, candidates))
+        return done
+
     def run_batch(self, problems, candidates):
         self.seen += candidates
-        return [Result("passed", 2) if c.problem_id in self.passing else Result("failed", 1) for c in candidates]
+        return [_result("passed", 2) if c.problem_id in self.passing else _result("failed", 1) for c in candidates]
 
 
 def test_evaluate_averages_pass_at_k_over_problems(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model.train()
-    problems = [Problem("a", "def f(x):\n"), Problem("b", "def g(y):\n"), Problem("c", "x = ")]
+    problems = [_problem("a", "def f(x):\n"), _problem("b", "def g(y):\n"), _problem("c", "x = ")]
     runner = ScriptedRunner({"a"})
     report = evaluate(model, tok, problems, SamplingConfig(max_new_tokens=4), samples=3, ks=[1, 3], runner=runner,
                       prompts_per_batch=2)
@@ -124,7 +127,7 @@ def test_evaluate_records_each_sample_as_a_step_records_its_candidates(tiny_mode
 
 def test_evaluate_rejects_k_above_samples(tiny_model_dir):
     with pytest.raises(ValueError, match="1..samples"):
-        evaluate(None, None, [Problem("a", "x")], SamplingConfig(), samples=2, ks=[4], runner=None)
+        evaluate(None, None, [_problem("a", "x")], SamplingConfig(), samples=2, ks=[4], runner=None)
 
 
 def test_the_demo_set_has_train_and_heldout_problems_of_the_documented_shape():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from training.rollout import sandbox_reply
+from training.candidates import sandbox_reply
 
 
 def test_without_thinking_the_reply_goes_to_the_sandbox_as_it_is():

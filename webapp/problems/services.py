@@ -1,7 +1,7 @@
 """Problem-set workflows: import an upload, validate it on the sandbox queue, export, delete.
 
-Parsing is the sandbox importers' job (`sandbox.formats.parse_stream`); execution is the
-sandbox runner's. This module only turns their plain results into rows and state changes.
+Parsing is the sandbox importers' job (`sandbox.formats.parse_stream`), the validation check is
+the sandbox's (`sandbox.checks.run_checks`); execution is the sandbox runner's. This module only turns their plain results into rows and state changes.
 A small upload is imported in the request; a larger one is stored under MEDIA_ROOT and imported
 by `problems.import_upload` on the sandbox queue, which then queues the validation.
 """
@@ -11,9 +11,8 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, TYPE_CHECKING, Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -30,6 +29,9 @@ from . import curation
 from .environments import environment_quota_errors
 from .models import Problem, ProblemSet, ProblemValidation
 
+if TYPE_CHECKING:
+    from sandbox.checks import ProblemCheck
+
 log = logging.getLogger("crucible.problems")
 
 UPLOAD_FORMATS = ("auto", "native", "humaneval", "mbpp", "apps", "codecontests")
@@ -39,8 +41,6 @@ VALIDATION_CHUNK_MIN = 32
 """Fewest problems validated between two progress updates (more with more sandbox workers)."""
 IMPORT_PROGRESS_INTERVAL_S = 0.5
 """Least time between two stored progress updates of a background import."""
-EMPTY_SOLUTION = ""
-"""The "empty solution": a program that defines nothing, so tests that pass on it check nothing."""
 
 
 class ProblemSetInUse(Exception):
@@ -451,18 +451,6 @@ def publish_validation(problem_set_id: int, generation: int) -> bool:
     return VALIDATION_JOB.publish(problem_set_id, generation, task_id=validation_task_id(problem_set_id, generation))
 
 
-@dataclass
-class ProblemCheck:
-    """The verdicts on one problem: its reference must pass and an empty solution must fail."""
-
-    problem_id: str
-    reference_passed: bool
-    empty_failed: bool
-    detail: str
-    reference_result: dict | None
-    empty_result: dict | None
-
-
 def validation_runner():
     """The sandbox `Runner` validation uses (a context manager; reuse it across `check_problems` calls):
     the service replicas of CRUCIBLE_SANDBOX_ENDPOINTS when that is set, else a local pool."""
@@ -480,53 +468,14 @@ def validation_workers() -> int:
 
 
 def check_problems(problems: list, runner=None) -> list[ProblemCheck]:
-    """Run each reference solution and an empty solution through the sandbox, in one batch."""
-    from sandbox.runner import Candidate
+    """Each reference solution and an empty solution through the sandbox, in one batch (the sandbox's
+    own check, `sandbox.checks.run_checks`)."""
+    from sandbox.checks import run_checks
 
     if runner is None:
         with validation_runner() as runner:
-            return check_problems(problems, runner)
-    candidates, slots = [], []
-    for p in problems:
-        if p.reference_solution is not None:
-            slots.append((p.id, "reference"))
-            candidates.append(Candidate(problem_id=p.id, code=p.reference_solution))
-        slots.append((p.id, "empty"))
-        candidates.append(Candidate(problem_id=p.id, code=EMPTY_SOLUTION))
-    results = runner.run_batch(problems, candidates)
-    by_problem: dict[str, dict] = {}
-    for (problem_id, which), result in zip(slots, results):
-        by_problem.setdefault(problem_id, {})[which] = result
-    return [_verdict(p, by_problem[p.id].get("reference"), by_problem[p.id]["empty"]) for p in problems]
-
-
-def _verdict(problem, reference, empty) -> ProblemCheck:
-    notes = []
-    if reference is None:
-        notes.append("no reference_solution to check")
-    elif not reference.passed:
-        from sandbox.checks import missing_module_note
-
-        notes.append(missing_module_note(problem, reference) or f"reference solution: {_describe(reference)}")
-    if empty.passed:
-        notes.append("an empty solution passes every test: the tests check nothing")
-    return ProblemCheck(
-        problem_id=problem.id,
-        reference_passed=reference is not None and reference.passed,
-        empty_failed=not empty.passed,
-        detail="; ".join(notes) or f"ok: reference passed {reference.tests_passed}/{reference.tests_total} "
-                                   f"tests, empty solution {empty.status.value}",
-        reference_result=_stored(reference), empty_result=_stored(empty))
-
-
-def _describe(result) -> str:
-    text = f"{result.status.value} ({result.tests_passed}/{result.tests_total} tests passed)"
-    failing = next((t for t in result.tests if not t.passed), None)
-    if failing is not None and failing.error:
-        text += f"; {failing.name}: {failing.error[:300]}"
-    elif result.detail:
-        text += f"; {result.detail[:300]}"
-    return text
+            return run_checks(problems, runner)
+    return run_checks(problems, runner)
 
 
 def _stored(result) -> dict | None:
@@ -591,10 +540,10 @@ def _record_checks(problem_set_id: int, generation: int, rows: list, checks: lis
             return False
         ProblemValidation.objects.bulk_create([
             ProblemValidation(problem=row, reference_passed=c.reference_passed, empty_failed=c.empty_failed,
-                              detail=db_safe(c.detail), reference_result=db_safe(c.reference_result),
-                              empty_result=db_safe(c.empty_result))
+                              detail=db_safe(c.detail), reference_result=db_safe(_stored(c.reference)),
+                              empty_result=db_safe(_stored(c.empty)))
             for row, c in zip(rows, checks)], batch_size=200)
-        passed = sum(1 for c in checks if c.reference_passed and c.empty_failed)
+        passed = sum(1 for c in checks if c.ok)
         ps.validation_checked += len(checks)
         ps.validation_passed += passed
         ps.validation_failed += len(checks) - passed
