@@ -43,7 +43,7 @@ POLL_S = 0.5
 """How often the owner's pid is checked besides the pipe (a fork of the trainer that never exec'd may
 still hold the pipe's write end; its parent pid changes regardless)."""
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # Linux: prctl; the engine server runs on Linux only
 _stop_requested = False
 
 
