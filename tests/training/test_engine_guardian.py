@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from training.engines.guardian import POLL_S
 from training.engines.vllm_server import GRACE_S, end_orphaned_servers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,7 +162,7 @@ def test_a_server_spawned_from_a_thread_that_exits_lives_as_long_as_its_trainer(
     trainer, token, out = fake("thread")
     try:
         _wait(lambda: (out / "trainer-ready").exists() or trainer.poll() is not None, 60, "the tree's start")
-        time.sleep(2 * 0.5)  # two of the guardian's polls of its owner
+        time.sleep(2 * POLL_S)  # two of the guardian's checks of its owner: the tree must still be there
         assert trainer.poll() is None and len(_tree(token)) == 5  # trainer, guardian, server, core, worker
     finally:
         trainer.kill()
@@ -186,7 +187,6 @@ def test_the_sweep_ends_the_engine_processes_of_a_trainer_killed_with_its_guardi
         dead.wait()
         # the server dies with its guardian (its death signal); its engine processes are orphaned
         _wait(lambda: pids["server"] not in _tree(dead_token), 30, "the server after its guardian's SIGKILL")
-        time.sleep(1)
         assert {pids["core"], pids["worker"]} <= set(_tree(dead_token)), "nothing left for the sweep to end"
         ended = end_orphaned_servers()
         assert {pids["core"], pids["worker"]} <= set(ended)
