@@ -165,7 +165,7 @@ def _trajectories(engine: Any, tokenizer: Any, problems: Sequence[Any], sampling
     reward = reward if reward is not None else RewardConfig()
     pending = start_trajectories(engine, tokenizer, problems, sampling, Submitter(), k=samples, generator_seed=seed,
                                  feedback=feedback,
-                                 score_args={"weights": reward.weights.as_dict(), "normalize": reward.normalize,
+                                 score_args={"weights": reward.weights.as_dict(), "normalize": reward.weighted_mean,
                                              "timeout_s": timeout_s, "overlong": reward.overlong,
                                              "penalize_flags": reward.penalize_flags})
     return pending.finish().candidates

@@ -231,7 +231,7 @@ def score_samples(problems: Sequence[Any], batch: GenerationBatch, results: Sequ
     answers = batch.texts if answers is None else answers
     codes = [_assembled_code(problems[batch.prompt_index[i]], text, prompt_style) for i, text in enumerate(answers)]
     scored = score_rollout(problems, batch, codes, [[_result_dict(r)] for r in results], group_size=group_size,
-                           weights=reward.weights.as_dict(), normalize=reward.normalize, timeout_s=timeout_s,
+                           weights=reward.weights.as_dict(), normalize=reward.weighted_mean, timeout_s=timeout_s,
                            prompt_style=prompt_style, overlong=reward.overlong, max_new_tokens=max_new_tokens,
                            penalize_flags=reward.penalize_flags)
     return scored.candidates

@@ -50,6 +50,7 @@ from sandbox.flags import VOCABULARY as FLAG_NAMES
 from training import checkpoint as ckpt
 from training.advantages import (clip_advantages, compute_advantages, token_advantages, turn_advantages,
                                  zero_variance_groups, zero_variance_turn_groups)
+from training.candidates import normalized_rewards
 from training.config import RunConfig, config_to_dict
 from training.dynamic_sampling import ZERO_VARIANCE, sample_informative
 from training.engines import make_engine
@@ -292,8 +293,9 @@ class Trainer:
             tensors, ref_logprobs, old_logprobs, kl_coef, _ = passes
             if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":  # per turn: one value per token
                 advantages = _discounted_advantages(cfg, rollout, tensors["token_turns"])  # (N, C)
-            else:
-                advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+            else:  # per_component: each reward dimension normalized within its group first (GDPO)
+                rewards = rollout.rewards if cfg.reward.normalize == "sum" else normalized_rewards(rollout, cfg.reward)
+                advantages = compute_advantages(cfg.ppo.advantage, rewards)  # (P, K)
                 advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
             zero_var = self._zero_variance(rollout)  # (P,)
             k = cfg.sampling.candidates_per_problem
@@ -318,6 +320,8 @@ class Trainer:
 
         # Metrics and problem events cover every sampled group (all rounds): what the policy did.
         zero_var = self._zero_variance(sampled)  # (P_sampled,)
+        if cfg.reward.normalize != "sum" and sampled is not rollout:  # dynamic sampling: events come from copies
+            normalized_rewards(sampled, cfg.reward)
         metrics = _rollout_metrics(sampled, zero_var)
         if cfg.sampling.turns > 1:
             metrics.update(turn_metrics(sampled.candidates, cfg.sampling.turns))
@@ -350,7 +354,7 @@ class Trainer:
         return start_rollout(
             self.engine, self.tokenizer, problems, cfg.sampling,
             _Submitter(self.runner, self._executor()), generator_seed=generator_seed, repeats=cfg.reward.repeats,
-            chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
+            chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.weighted_mean,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
             feedback=cfg.feedback)
 

@@ -73,6 +73,7 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert problem["pass_rate"] == problem["solve_rate"]  # the old name, still written
     for cand in problem["candidates"]:
         assert set(cand) >= {"code", "reward", "rewards", "result", "truncated"}
+        assert "reward_normalized" not in cand  # reward.normalize: sum (the default) adds nothing
         assert cand["code"].startswith(next(p["prompt"] for p in PROBLEMS if p["id"] == problem["problem_id"]))
         assert set(cand["rewards"]) == {"pass_rate", "syntax", "efficiency", "conciseness", "format"}
         assert cand["result"]["status"] in {"passed", "failed", "error", "syntax_error", "timeout", "memory",
@@ -395,3 +396,24 @@ def test_what_is_runnable_now_counts_this_reader_and_a_busy_process(tmp_path):
         for p in spin:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["plain", "dynamic"])
+def test_a_per_component_run_writes_the_plain_total_and_the_normalized_value(tmp_path, qwen3_model_dir,
+                                                                            train_problems_file, runner, dynamic):
+    from training.advantages import group_rewards
+    from training.rewards import combine
+
+    cfg = tiny_run_config(qwen3_model_dir, train_problems_file, train={"steps": 1},
+                          sampling={"dynamic": dynamic, "max_rounds": 2}, reward={"normalize": "per_component"})
+    assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
+    problems = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "problem"]
+    assert problems
+    weights = cfg.reward.weights.as_dict()
+    for event in problems:
+        cands = event["candidates"]
+        # ``reward`` stays the weighted total users read; ``reward_normalized`` is what the estimator saw
+        assert all(c["reward"] == pytest.approx(combine(c["rewards"], weights)) for c in cands)
+        expected = group_rewards("per_component", [c["rewards"] for c in cands], weights, len(cands))
+        assert [c["reward_normalized"] for c in cands] == pytest.approx(expected[0].tolist(), abs=1e-6)
+        assert sum(c["reward_normalized"] for c in cands) == pytest.approx(0.0, abs=1e-5)
