@@ -15,7 +15,8 @@ sets of different shape:
   process and compared by tokens. The prompt starts with a harness (``HARNESS``) that, once the program's
   module code has run, reads the arguments from stdin and prints the function's result, so a completion is
   still a function body; but the pass rate, efficiency (a process per case) and format (stdin use)
-  dimensions are the stdio harness's.
+  dimensions are the stdio harness's. Its model is warm-started the same way on the same train bodies, each
+  behind the harness line (``stdio_model``, or ``--stdio-model``).
 
 Reported per set and setting: held-out pass@1 at step 0 and after the last step (the run's own ``eval``
 events: ``train.eval_samples`` samples per held-out problem, unbiased estimator) and the gain, per seed and
@@ -42,15 +43,12 @@ from benchmarks.learning_demo import DEMO_PROBLEMS, _child, demo_config, tiny_mo
 
 MODES = ("sum", "per_component")
 SETS = ("demo", "stdio")
-HARNESS = ("import ast, sys\n\n\n"
-           "def _when_done(frame, event, arg):  # the program's own last line: call the function on stdin\n"
-           "    if event == 'return' and frame.f_code.co_name == '<module>':\n"
-           "        sys.setprofile(None)\n"
-           "        print(repr({name}(*ast.literal_eval(sys.stdin.read()))))\n\n\n"
-           "sys.setprofile(_when_done)\n\n\n")
-"""A stdio problem's prompt begins with this: when the program's module code returns (after the function the
-model completes is defined), call it on stdin's argument tuple and print its ``repr``. (``atexit`` would not
-do: the sandbox's harness ends a program with ``os._exit``.)"""
+HARNESS = ("import sys, ast; sys.setprofile(lambda f, e, a: e == 'return' and f.f_code.co_name == '<module>' "
+           "and (sys.setprofile(None), print(repr({name}(*ast.literal_eval(sys.stdin.read()))))))\n")
+"""A stdio problem's prompt begins with this line: when the program's module code returns (after the function
+the model completes is defined), call it on stdin's argument tuple and print its ``repr``. (``atexit`` would not
+do: the sandbox's harness ends a program with ``os._exit``. One line: a longer preamble derails the tiny model,
+which was warm-started on prompts that begin at the ``def``.)"""
 
 
 def stdio_problems(src: Path, dst: Path) -> int:
@@ -80,6 +78,32 @@ def stdio_problems(src: Path, dst: Path) -> int:
     return len(out)
 
 
+def stdio_model(out: Path, threads: int) -> str:
+    """The tiny Qwen3 model warm-started as ``learning_demo`` warm-starts it, on the demo set's train bodies,
+    but with each prompt behind the stdio ``HARNESS`` line, as the stdio set's prompts are (a model warmed on
+    bare ``def`` prompts mostly writes broken code after that line). The warm start's examples come from
+    ``training.tiny_model.warmup_examples`` with the harness put in front, for this build only."""
+    import torch
+
+    from training import tiny_model as tm
+
+    torch.set_num_threads(threads)
+    original = tm.warmup_examples
+
+    def behind_the_harness(problems, runner, **kwargs):
+        examples, stats = original(problems, runner, **kwargs)
+        names = {p.prompt: p.entry_point for p in problems}
+        return [(HARNESS.format(name=names[prompt]) + prompt, body) for prompt, body in examples], stats
+
+    tm.warmup_examples = behind_the_harness
+    try:
+        print("[normalize-bench] building the tiny model warm-started on stdio prompts ...", file=sys.stderr,
+              flush=True)
+        return str(tm.build_tiny_model(out, warmup_problems=DEMO_PROBLEMS, seed=0, arch="qwen3"))
+    finally:
+        tm.warmup_examples = original
+
+
 def markdown(rows: list[dict], cfg: dict, build: dict, load: tuple[float, float], threads: int, command: str,
              sizes: dict[str, int]) -> str:
     s, p = cfg["sampling"], cfg["ppo"]
@@ -92,7 +116,7 @@ def markdown(rows: list[dict], cfg: dict, build: dict, load: tuple[float, float]
         f"candidates, {s['max_new_tokens']} new tokens, lr {p['learning_rate']}, {p['advantage']}; held-out pass@1 "
         f"from {cfg['train']['eval_samples']} samples per held-out problem at step 0 and at the end. Sets: demo "
         f"({sizes['demo']} function problems) and stdio ({sizes['stdio']}: the same functions as stdio programs, "
-        "see the script's docstring).",
+        "its model warm-started behind the stdio harness line; see the script's docstring).",
         "",
         "| set | reward.normalize | seed | pass@1 before | after | gain (points) | train reward first → last |",
         "|---|---|---|---|---|---|---|",
@@ -112,6 +136,8 @@ def markdown(rows: list[dict], cfg: dict, build: dict, load: tuple[float, float]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, default=None, help="warm-started tiny model (default: build one)")
+    ap.add_argument("--stdio-model", type=Path, default=None,
+                    help="tiny model warm-started on stdio prompts (default: build one, see stdio_model)")
     ap.add_argument("--steps", type=int, default=40, help="train.steps of every run")
     ap.add_argument("--seeds", default="0,1", help="train.seed values, comma-separated")
     ap.add_argument("--sets", default=",".join(SETS), help=f"problem sets, comma-separated ({', '.join(SETS)})")
@@ -134,11 +160,14 @@ def main(argv: list[str] | None = None) -> int:
                  "stdio": stdio_problems(DEMO_PROBLEMS, stdio_path)}
         paths = {"demo": DEMO_PROBLEMS, "stdio": stdio_path}
         model, build = tiny_model(args, Path(tmp), "normalize-bench")
+        models = {"demo": model}
+        if "stdio" in sets:
+            models["stdio"] = str(args.stdio_model or stdio_model(Path(tmp) / "tiny-stdio", args.threads))
         base = [f"train.steps={args.steps}", f"train.eval_samples={args.eval_samples}"]
         for name in sets:
             for seed in seeds:
                 for mode in MODES:
-                    cfg = demo_config(model, str(paths[name]), base + [f"train.seed={seed}",
+                    cfg = demo_config(models[name], str(paths[name]), base + [f"train.seed={seed}",
                                                                         f"reward.normalize={mode}"])
                     result = _child("train", cfg, args.threads, label=f"{name} {mode} seed {seed}")
                     rows.append({"set": name, "normalize": mode, "seed": seed, **result})
