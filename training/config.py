@@ -823,20 +823,18 @@ def _same_shape(value: Any, tp: Any) -> bool:
     return tp is str and isinstance(value, str)
 
 
-def _upgrade_reward(data: dict, prefix: str) -> dict:
+def upgrade_reward(data: dict, prefix: str = "") -> dict:
     """Saved configs from before reward.normalize took ``sum | per_component`` hold it as a boolean: the
-    weighted mean (true) or the plain weighted sum (false), which is now reward.weighted_mean."""
+    weighted mean (true) or the plain weighted sum (false), which is now reward.weighted_mean. The boolean
+    wins over a weighted_mean beside it: the web app merges a request over the defaults, which always hold
+    one, so an old client's ``normalize: false`` must not lose to the default."""
     legacy = data.get("normalize")
     if not isinstance(legacy, bool):
         return data
-    if "weighted_mean" in data and data["weighted_mean"] != legacy:
-        raise ConfigError(f"{prefix}.normalize" if prefix else "normalize",
-                          f"{legacy!r} is the old spelling of weighted_mean, which is given as "
-                          f"{data['weighted_mean']!r}; drop one, and set normalize to sum or per_component")
     return {**data, "normalize": "sum", "weighted_mean": legacy}
 
 
-_UPGRADES = {RewardConfig: _upgrade_reward}
+_UPGRADES = {RewardConfig: upgrade_reward}
 """Per section: how an older spelling of its keys becomes today's (saved runs keep loading)."""
 
 
