@@ -105,7 +105,7 @@ def stdio_model(out: Path, threads: int) -> str:
 
 
 def markdown(rows: list[dict], cfg: dict, build: dict, load: tuple[float, float], threads: int, command: str,
-             sizes: dict[str, int]) -> str:
+             sizes: dict[str, int], heldout: int) -> str:
     s, p = cfg["sampling"], cfg["ppo"]
     lines = [
         "## Reward normalization: sum vs per_component (held-out gain at equal steps)",
@@ -130,6 +130,10 @@ def markdown(rows: list[dict], cfg: dict, build: dict, load: tuple[float, float]
             gains = [100 * (r["after"] - r["before"]) for r in rows if r["set"] == name and r["normalize"] == mode]
             if gains:
                 lines.append(f"| {name} | {mode} | {statistics.fmean(gains):+.1f} | {len(gains)} |")
+    step = 100 / (cfg["train"]["eval_samples"] * heldout)
+    lines += ["", f"Resolution: one held-out sample is {step:.2f} points ({heldout} held-out problems × "
+                  f"{cfg['train']['eval_samples']} samples); a difference between the settings of a few samples "
+                  "at this length of run is noise, not a ranking."]
     return "\n".join(lines) + "\n"
 
 
@@ -175,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{result['after']:.3f} in {result['wall_s']:.0f} s", file=sys.stderr, flush=True)
     command = "python benchmarks/normalize_bench.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]) if a != "--no-write")
-    text = markdown(rows, cfg, build, (load0, os.getloadavg()[0]), args.threads, command, sizes)
+    heldout = sum(json.loads(line).get("split") == "heldout" for line in DEMO_PROBLEMS.read_text().splitlines())
+    text = markdown(rows, cfg, build, (load0, os.getloadavg()[0]), args.threads, command, sizes, heldout)
     print(text)
     if not args.no_write:
         from benchmarks.results import update_section

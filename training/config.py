@@ -823,7 +823,7 @@ def _same_shape(value: Any, tp: Any) -> bool:
     return tp is str and isinstance(value, str)
 
 
-def upgrade_reward(data: dict, prefix: str = "") -> dict:
+def upgrade_reward(data: dict) -> dict:
     """Saved configs from before reward.normalize took ``sum | per_component`` hold it as a boolean: the
     weighted mean (true) or the plain weighted sum (false), which is now reward.weighted_mean. The boolean
     wins over a weighted_mean beside it: the web app merges a request over the defaults, which always hold
@@ -840,7 +840,7 @@ _UPGRADES = {RewardConfig: upgrade_reward}
 
 def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     if cls in _UPGRADES:
-        data = _UPGRADES[cls](data, prefix)
+        data = _UPGRADES[cls](data)
     names = [f.name for f in dataclasses.fields(cls)]
     hints = _hints(cls)
     kwargs = {}
