@@ -178,3 +178,26 @@ def test_an_unknown_normalization_lists_the_valid_ones():
     with pytest.raises(ValueError, match="per_component, sum"):
         get_normalization("zscore")
 
+
+
+def test_a_rollouts_normalized_rewards_are_written_on_its_candidates_turns_or_not():
+    from training.candidates import CandidateRecord, Rollout, normalized_rewards
+    from training.config import RewardConfig, RewardWeights
+
+    def record(group, pass_rate, syntax, penalized=(), turns=None):
+        return CandidateRecord(problem_id=f"p{group}", group=group, text="", code="", result={},
+                               rewards={"pass_rate": pass_rate, "syntax": syntax}, reward=0.0, passed=False,
+                               penalized_flags=penalized, turns=turns)
+
+    cands = [record(0, 1.0, 1.0), record(0, 0.0, 1.0),
+             record(1, 0.5, 1.0, penalized=("broad_except",), turns=[{"reward": 0.0}, {"reward": 0.0}]),
+             record(1, 0.5, 0.0)]
+    rollout = Rollout(problems=[None, None], candidates=cands, batch=None, rewards=torch.zeros(2, 2),
+                      generated_tokens=0, time_generate_s=0.0, time_sandbox_s=0.0)
+    reward = RewardConfig(weights=RewardWeights(pass_rate=1.0, syntax=1.0, efficiency=0.0, conciseness=0.0,
+                                                format=0.0), normalize="per_component")
+    values = normalized_rewards(rollout, reward)  # (P, K)
+    assert [c.reward_normalized for c in cands] == pytest.approx(values.flatten().tolist())
+    assert values[0, 0] > 0 > values[0, 1]  # group 0: only pass_rate varies
+    assert values[1, 0] < values[1, 1]  # the flagged trajectory counts with every dimension 0
+    assert cands[2].event_dict()["reward_normalized"] == cands[2].reward_normalized
