@@ -9,7 +9,7 @@ count them per problem and, with dynamic sampling, drop them from the update.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -81,6 +81,85 @@ def get_advantage(name: str) -> AdvantageFn:
 def compute_advantages(name: str, rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Advantages of grouped rewards with the estimator ``name``. rewards: (P, K) -> (P, K)."""
     return get_advantage(name)(rewards, eps=eps)
+
+
+def weighted_sum(components: torch.Tensor, weights: torch.Tensor, mean: bool = True,
+                 eps: float = 1e-6) -> torch.Tensor:
+    """``reward.normalize: sum``: ``R_i = sum_d w_d r_id / sum_d w_d`` (``mean``; else without the division),
+    each candidate on its own, as ``rewards.combine`` scores it; the group plays no part.
+
+    components: (P, K, D), weights: (D,) -> (P, K).
+    """
+    combined = (components * weights).sum(dim=-1)  # (P, K)
+    return combined / weights.sum() if mean else combined
+
+
+def per_component(components: torch.Tensor, weights: torch.Tensor, mean: bool = True,
+                  eps: float = 1e-6) -> torch.Tensor:
+    """``reward.normalize: per_component`` (GDPO): each dimension normalized within its group, then
+    weighted and combined::
+
+        z_id = (r_id - mean_k r_kd) / (std_k r_kd + eps)      # per group, per dimension d
+        R_i  = sum_d w_d z_id / sum_d w_d                     # (mean; else without the division)
+
+    ``std`` is the unbiased sample std, as ``grpo`` takes it. A dimension whose values are all equal
+    within a group contributes exactly 0 there, so a dimension of tiny spread (conciseness) counts
+    as much as one of wide spread (pass rate) once it varies at all: the weights, not the spreads,
+    decide how much each dimension moves the ranking inside a group. Scaling a dimension by a positive
+    constant leaves ``R`` unchanged (up to ``eps``), and every dimension's ``z`` sums to 0 over a group.
+    Source: NVIDIA 2026, "GDPO: Group reward-Decoupled Normalization Policy Optimization" (NeMo-RL's
+    GDPO), which then normalizes ``R`` over the batch; here the configured advantage estimator takes ``R``.
+
+    components: (P, K, D), weights: (D,) -> (P, K). Needs K >= 2.
+    """
+    p, k, d = components.shape
+    _check_groups(components[..., 0])
+    per_dim = components.permute(0, 2, 1).reshape(p * d, k)  # (P*D, K): one row per group and dimension
+    std = per_dim.std(dim=1, keepdim=True)  # (P*D, 1)
+    # a zero-variance row is exactly 0 once centered; dividing it by 1 keeps it 0 for any eps, even eps = 0
+    scale = torch.where(std > 0, std + eps, torch.ones_like(std))  # (P*D, 1)
+    z = (_centered(per_dim) / scale).reshape(p, d, k).permute(0, 2, 1)  # (P, K, D)
+    return weighted_sum(z, weights, mean)  # (P, K)
+
+
+REWARD_NORMALIZATIONS: dict[str, Callable[..., torch.Tensor]] = {"sum": weighted_sum, "per_component": per_component}
+
+
+def get_normalization(name: str) -> Callable[..., torch.Tensor]:
+    """The ``reward.normalize`` mode registered as ``name``; an unknown name raises listing the valid ones."""
+    try:
+        return REWARD_NORMALIZATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown reward normalization {name!r}; valid modes: "
+                         f"{', '.join(sorted(REWARD_NORMALIZATIONS))}") from None
+
+
+def group_rewards(name: str, rewards: Sequence[Mapping[str, float]], weights: Mapping[str, float],
+                  group_size: int, *, mean: bool = True, penalties: Sequence[float] | None = None,
+                  penalized: Sequence[bool] | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """The values the advantage estimator sees, from each candidate's per-dimension ``rewards`` (group-major,
+    ``group_size`` per group), combined by the ``reward.normalize`` mode ``name`` (``get_normalization``).
+
+    As a candidate's total (``rewards.total_reward``): a candidate with a penalized flag (``penalized``) counts
+    with every dimension 0 and no overlong penalty; the others add their ``penalties`` (``reward.overlong``
+    soft) unnormalized after the combination. In ``sum`` mode that is each candidate's own total again; in
+    ``per_component`` mode the flagged candidate sits below its group in every dimension it had any credit in.
+    Only dimensions with a positive weight are read. The trainer and the what-if re-scoring (training/rescore.py)
+    both call this. -> (P, K) float32
+    """
+    fn = get_normalization(name)
+    dims = [d for d, w in weights.items() if w]
+    n = len(rewards)
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"{n} candidates do not split into groups of {group_size}")
+    kept = torch.tensor([not x for x in penalized] if penalized is not None else [True] * n)  # (N,)
+    values = torch.tensor([[float(r[d]) for d in dims] for r in rewards], dtype=torch.float32)  # (N, D)
+    values = values * kept[:, None]  # (N, D)
+    offsets = torch.tensor(list(penalties) if penalties is not None else [0.0] * n, dtype=torch.float32)  # (N,)
+    offsets = offsets * kept  # (N,)
+    w = torch.tensor([float(weights[d]) for d in dims], dtype=torch.float32)  # (D,)
+    combined = fn(values.reshape(n // group_size, group_size, len(dims)), w, mean=mean, eps=eps)  # (P, K)
+    return combined + offsets.reshape(n // group_size, group_size)  # (P, K)
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from training import rewards as R
+from training.advantages import group_rewards
 from training.generation import GenerationBatch, answer_after_thinking
 
 @dataclass
@@ -40,6 +41,9 @@ class CandidateRecord:
     """Reward-hacking flags carried by any of its executions (sandbox/flags.py vocabulary)."""
     penalized_flags: tuple[str, ...] = ()
     """Those of ``flags`` named by ``reward.penalize_flags``: they set ``reward`` to 0."""
+    reward_normalized: float | None = None
+    """``reward.normalize: per_component``: what the advantage estimator saw, each dimension normalized within
+    the group before the weighting (``advantages.group_rewards``); None (not in events) with ``sum``."""
     turns: list[dict] | None = None
     """Multi-turn repair (``sampling.turns > 1``): every turn, ``{reply, code, feedback, result, reward,
     rewards, truncated, flags, overlong_penalty}`` (``feedback``: the message the model was sent after that
@@ -53,6 +57,8 @@ class CandidateRecord:
             out["overlong_penalty"] = self.overlong_penalty
         if self.penalized_flags:
             out["penalized_flags"] = list(self.penalized_flags)
+        if self.reward_normalized is not None:
+            out["reward_normalized"] = self.reward_normalized
         if self.turns is not None:
             out["turns"] = self.turns
         return out
@@ -80,6 +86,20 @@ class Rollout:
     generated_tokens: int
     time_generate_s: float
     time_sandbox_s: float
+
+
+def normalized_rewards(rollout: Rollout, reward: Any) -> torch.Tensor:
+    """``reward.normalize: per_component``: the rollout's rewards as the advantage estimator sees them
+    (``advantages.group_rewards`` on each candidate's dimensions, overlong penalty and penalized flags), also
+    stored as each candidate's ``reward_normalized``. ``reward`` is the run's ``RewardConfig``. -> (P, K)"""
+    cands = rollout.candidates
+    values = group_rewards(reward.normalize, [c.rewards for c in cands], reward.weights.as_dict(),
+                           rollout.rewards.shape[1], mean=reward.weighted_mean,
+                           penalties=[c.overlong_penalty for c in cands],
+                           penalized=[bool(c.penalized_flags) for c in cands])  # (P, K)
+    for c, value in zip(cands, values.flatten().tolist()):
+        c.reward_normalized = value
+    return values
 
 
 @dataclass

@@ -44,6 +44,8 @@ WARMUPS = ("none", "stable_then_fast")
 LR_DECAYS = ("constant", "linear", "cosine")
 SANDBOX_MODES = ("warm", "cold")
 OVERLONG_MODES = ("none", "mask", "soft")
+REWARD_NORMALIZATIONS = ("sum", "per_component")
+"""reward.normalize: the modes of ``training.advantages.REWARD_NORMALIZATIONS`` (a test holds them equal)."""
 TURN_CREDITS = ("final", "discounted")
 """reward.turns: how a multi-turn trajectory's turn rewards become the credit of its tokens."""
 MAX_TURNS = 8
@@ -387,8 +389,11 @@ class RewardConfig(_Section):
 
     weights: RewardWeights = _field(factory=RewardWeights)
     """Weight of each reward dimension (each dimension is in [0, 1])."""
-    normalize: bool = True
-    """Divide the weighted sum by the sum of weights so the total reward stays in [0, 1]."""
+    normalize: str = _field("sum", choices=REWARD_NORMALIZATIONS)
+    """What the advantage estimator sees: sum = each candidate's weighted total; per_component = each dimension
+    normalized within its group (mean 0, std 1; GDPO) before the weighting (events keep the plain total)."""
+    weighted_mean: bool = True
+    """Divide the weighted sum by the sum of weights so the total reward stays in [0, 1] (was reward.normalize)."""
     # Named reward.clip though it acts on advantages: the key is part of saved configs, so it stays.
     clip: float | None = _field(5.0, gt=0.0)
     """Clips the advantages (not the rewards) to [-clip, clip] after the group baseline; null = no clipping."""
@@ -638,6 +643,12 @@ class RunConfig(_Section):
     """What the model is told after a failing turn, when sampling.turns > 1."""
 
     def _check(self) -> None:
+        if (self.reward.normalize == "per_component" and self.sampling.turns > 1
+                and self.reward.turns == "discounted"):
+            raise ConfigError("reward.normalize", "per_component normalizes each candidate's dimensions within its "
+                                                  "group, but reward.turns: discounted credits each turn from its "
+                                                  "return over the group's pool of turns, which has no dimensions; "
+                                                  "use reward.turns: final, or reward.normalize: sum")
         if not self.problems.strip():
             raise ConfigError("problems", "must not be empty; give the path of a problem file")
         if self.sampling.engine == "vllm" and self.model.lora is None and self.vllm.sync == "adapter":
@@ -812,7 +823,24 @@ def _same_shape(value: Any, tp: Any) -> bool:
     return tp is str and isinstance(value, str)
 
 
+def upgrade_reward(data: dict) -> dict:
+    """Saved configs from before reward.normalize took ``sum | per_component`` hold it as a boolean: the
+    weighted mean (true) or the plain weighted sum (false), which is now reward.weighted_mean. The boolean
+    wins over a weighted_mean beside it: the web app merges a request over the defaults, which always hold
+    one, so an old client's ``normalize: false`` must not lose to the default."""
+    legacy = data.get("normalize")
+    if not isinstance(legacy, bool):
+        return data
+    return {**data, "normalize": "sum", "weighted_mean": legacy}
+
+
+_UPGRADES = {RewardConfig: upgrade_reward}
+"""Per section: how an older spelling of its keys becomes today's (saved runs keep loading)."""
+
+
 def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    if cls in _UPGRADES:
+        data = _UPGRADES[cls](data)
     names = [f.name for f in dataclasses.fields(cls)]
     hints = _hints(cls)
     kwargs = {}

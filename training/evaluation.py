@@ -96,7 +96,8 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
             chunk = problems[start:start + prompts_per_batch]
             seed = None if generator_seed is None else generator_seed + start
             pending = start_rollout(engine, tokenizer, chunk, sampling, runner, generator_seed=seed, candidates=samples,
-                                    weights=reward.weights.as_dict(), normalize=reward.normalize, timeout_s=timeout_s,
+                                    weights=reward.weights.as_dict(), normalize=reward.weighted_mean,
+                                    timeout_s=timeout_s,
                                     overlong=reward.overlong, penalize_flags=reward.penalize_flags, feedback=feedback)
             for rec in pending.finish().candidates:
                 counts[rec.problem_id][0] += 1

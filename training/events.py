@@ -157,8 +157,8 @@ class Problem(Event):
     solve_rate: float = field(metadata={"type": "number", "derived": True})
     """Share of the problem's candidates that passed every test (wire alias ``pass_rate``)."""
     candidates: list = field(default_factory=list, metadata={"type": "list"})
-    """``[{code, reward, rewards, result, truncated, overlong_penalty?, penalized_flags?, turns?}]``
-    (training/candidates.py ``event_dict``); the web app's stored copy is summarized."""
+    """``[{code, reward, rewards, result, truncated, overlong_penalty?, penalized_flags?, reward_normalized?,
+    turns?}]`` (training/candidates.py ``event_dict``); the web app's stored copy is summarized."""
     zero_variance: bool | None = field(default=None, metadata={"type": "bool"})
     """Every candidate got the same reward (within ``ZERO_VARIANCE_ATOL``): no learning signal."""
     solve_rate_turn1: float | None = field(default=None, metadata={"type": "number"})

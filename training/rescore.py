@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import torch
 
 from training import rewards as R
-from training.advantages import (clip_advantages, compute_advantages, discounted_returns, turn_advantages,
-                                 zero_variance_groups)
+from training.advantages import (clip_advantages, compute_advantages, discounted_returns, group_rewards,
+                                 turn_advantages, zero_variance_groups)
 from training.config import ConfigError, RunConfig
 
 
@@ -90,8 +90,11 @@ class RewardSettings:
 
     weights: Mapping[str, float]
     """``reward.weights``: weight of each dimension."""
-    normalize: bool = True
-    """``reward.normalize``: weighted mean (True) or weighted sum."""
+    weighted_mean: bool = True
+    """``reward.weighted_mean``: weighted mean (True) or weighted sum."""
+    normalize: str = "sum"
+    """``reward.normalize``: sum, or per_component (each dimension normalized within its group before the
+    weighting: the advantages come from ``advantages.group_rewards``; the totals stay the plain ones)."""
     clip: float | None = 5.0
     """``reward.clip``: advantages clamped to [-clip, clip]; None = no clipping."""
     advantage: str = "grpo"
@@ -105,7 +108,8 @@ class RewardSettings:
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> "RewardSettings":
-        return cls(weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize, clip=cfg.reward.clip,
+        return cls(weights=cfg.reward.weights.as_dict(), weighted_mean=cfg.reward.weighted_mean,
+                   normalize=cfg.reward.normalize, clip=cfg.reward.clip,
                    advantage=cfg.ppo.advantage, penalize_flags=tuple(cfg.reward.penalize_flags),
                    turns=cfg.reward.turns if cfg.sampling.turns > 1 else "final",
                    turn_discount=cfg.reward.turn_discount)
@@ -122,7 +126,7 @@ def total_under(candidate: StoredCandidate, settings: RewardSettings) -> float:
     _check_stored(candidate.rewards, settings, candidate)
     flags = candidate.flags + tuple(f for t in candidate.turns for f in t.flags)
     penalized = R.penalized_flags([{"flags": flags}], settings.penalize_flags)
-    combined = R.combine(candidate.rewards, settings.weights, settings.normalize)
+    combined = R.combine(candidate.rewards, settings.weights, settings.weighted_mean)
     return R.total_reward(combined, candidate.overlong_penalty, penalized)
 
 
@@ -137,7 +141,7 @@ def turn_totals_under(candidate: StoredCandidate, settings: RewardSettings, run:
     for turn in candidate.turns:
         _check_stored(turn.rewards, settings, candidate)
         penalized = R.penalized_flags([{"flags": turn.flags}], settings.penalize_flags)
-        combined = R.combine(turn.rewards, settings.weights, settings.normalize)
+        combined = R.combine(turn.rewards, settings.weights, settings.weighted_mean)
         out.append(R.total_reward(combined, _turn_penalty(turn, run, candidate), penalized))
     return out
 
@@ -148,7 +152,7 @@ def _turn_penalty(turn: StoredTurn, run: RewardSettings, candidate: StoredCandid
     if turn.reward is None or R.penalized_flags([{"flags": turn.flags}], run.penalize_flags):
         return 0.0
     _check_stored(turn.rewards, run, candidate)
-    return max(-1.0, min(0.0, turn.reward - R.combine(turn.rewards, run.weights, run.normalize)))
+    return max(-1.0, min(0.0, turn.reward - R.combine(turn.rewards, run.weights, run.weighted_mean)))
 
 
 def _check_stored(rewards: Mapping[str, float], settings: RewardSettings, candidate: StoredCandidate) -> None:
@@ -241,6 +245,8 @@ def rescore(candidates: Iterable[StoredCandidate], before: RewardSettings, weigh
     training) and is left out.
     """
     after = dataclasses.replace(before, weights=R.weights_dict(weights))
+    if before.normalize != "sum" and before.turns == "discounted":  # as the config refuses it for training
+        raise ConfigError("reward.normalize", f"{before.normalize} does not combine with reward.turns: discounted")
     by_group: dict[tuple[int, str], list[StoredCandidate]] = defaultdict(list)
     for c in candidates:
         by_group[(c.step, c.problem_id)].append(c)
@@ -271,7 +277,7 @@ def rescore(candidates: Iterable[StoredCandidate], before: RewardSettings, weigh
         for g in groups:
             by_size[len(g.candidates)].append(g)
         for same in by_size.values():
-            _advantages(same, before)
+            _advantages(same, before, after)
 
     for g in groups:
         signs_before = _signs(g.advantage_before, g.zero_variance_before)
@@ -283,16 +289,32 @@ def rescore(candidates: Iterable[StoredCandidate], before: RewardSettings, weigh
             "summary": {**_aggregate(groups), "candidates": _count(groups)}}
 
 
-def _advantages(groups: list[_Group], settings: RewardSettings) -> None:
-    """One unit per candidate: each group's advantages and zero-variance marks from the trainer's functions."""
-    for side in ("before", "after"):
+def _advantages(groups: list[_Group], before: RewardSettings, after: RewardSettings) -> None:
+    """One unit per candidate: each group's advantages and zero-variance marks from the trainer's functions
+    (``reward.normalize: per_component``: the estimator sees ``group_rewards``, ranks and zero variance the
+    totals, as in training)."""
+    for side, settings in (("before", before), ("after", after)):
         rewards = torch.tensor([getattr(g, side) for g in groups], dtype=torch.float32)  # (G, K) as the trainer's
-        advantages = clip_advantages(compute_advantages(settings.advantage, rewards), settings.clip)  # (G, K)
+        shown = rewards if settings.normalize == "sum" else torch.cat([_normalized(g, settings) for g in groups])
+        advantages = clip_advantages(compute_advantages(settings.advantage, shown), settings.clip)  # (G, K)
         zero_var = zero_variance_groups(rewards)  # (G,)
         for g, adv, zv, seen in zip(groups, advantages.tolist(), zero_var.tolist(), rewards.tolist()):
             setattr(g, f"advantage_{side}", adv)
             setattr(g, f"zero_variance_{side}", bool(zv))
             setattr(g, f"seen_{side}", seen)
+
+
+def _normalized(g: _Group, settings: RewardSettings) -> torch.Tensor:
+    """``reward.normalize: per_component``: the group's values as the trainer's estimator saw them under
+    ``settings`` (``advantages.group_rewards`` on the stored dimensions, penalties and flags). -> (1, K)"""
+    flagged = []
+    for c in g.candidates:
+        _check_stored(c.rewards, settings, c)
+        flags = c.flags + tuple(f for t in c.turns for f in t.flags)
+        flagged.append(bool(R.penalized_flags([{"flags": flags}], settings.penalize_flags)))
+    return group_rewards(settings.normalize, [c.rewards for c in g.candidates], settings.weights, len(g.candidates),
+                         mean=settings.weighted_mean, penalties=[c.overlong_penalty for c in g.candidates],
+                         penalized=flagged)  # (1, K)
 
 
 def _turn_advantages(g: _Group, settings: RewardSettings) -> None:

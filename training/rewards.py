@@ -17,7 +17,9 @@ median length used by ``conciseness`` when a problem has no reference solution) 
 context. ``score_candidate`` evaluates every dimension (averaging over repeated executions) and
 ``combine`` folds them with the user's ``RewardWeights`` into the weighted mean
 ``sum_d w_d r_d / sum_d w_d`` (or, with ``normalize=False``, the plain weighted sum). Clipping
-(``reward.clip``) applies to the advantages, after the group baseline (see trainer).
+(``reward.clip``) applies to the advantages, after the group baseline (see trainer). With
+``reward.normalize: per_component`` the advantage estimator sees each dimension normalized within its group
+before the weighting (``advantages.group_rewards``); the total here stays what users read.
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def score_candidate(
 
 def combine(rewards: Mapping[str, float], weights: Mapping[str, float], normalize: bool = True) -> float:
     """Weighted mean ``sum_d w_d r_d / sum_d w_d`` (in [0, 1]); with ``normalize=False`` the plain
-    weighted sum ``sum_d w_d r_d`` (``reward.normalize`` in the run config)."""
+    weighted sum ``sum_d w_d r_d`` (``reward.weighted_mean`` in the run config)."""
     total_weight = sum(float(w) for w in weights.values())
     if total_weight <= 0:
         raise ValueError("reward weights must have a positive sum; set at least one weight above 0")

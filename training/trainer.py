@@ -51,6 +51,7 @@ from training import checkpoint as ckpt
 from training.advantages import (clip_advantages, compute_advantages, token_advantages, turn_advantages,
                                  zero_variance_groups, zero_variance_turn_groups)
 from training.candidates import Rollout
+from training.candidates import normalized_rewards
 from training.config import RunConfig, config_to_dict
 from training.cores import PhaseThreads
 from training.dynamic_sampling import ZERO_VARIANCE
@@ -293,7 +294,9 @@ class Trainer:
         if cfg.sampling.turns > 1 and cfg.reward.turns == "discounted":  # per turn: one value per token
             advantages = _discounted_advantages(cfg, rollout, tensors["token_turns"])  # (N, C)
         else:
-            advantages = compute_advantages(cfg.ppo.advantage, rollout.rewards)  # (P, K)
+            # per_component: each reward dimension normalized within its group first (GDPO)
+            rewards = rollout.rewards if cfg.reward.normalize == "sum" else normalized_rewards(rollout, cfg.reward)
+            advantages = compute_advantages(cfg.ppo.advantage, rewards)  # (P, K)
             advantages = clip_advantages(advantages, cfg.reward.clip).flatten()  # (N,)
         zero_var = self._zero_variance(rollout)  # (P,)
         keep = (~zero_var if cfg.ppo.drop_zero_variance_groups else torch.ones_like(zero_var))
@@ -308,6 +311,8 @@ class Trainer:
         cfg = self.config
         sampled = drawn.sampled
         zero_var = self._zero_variance(sampled)  # (P_sampled,)
+        if cfg.reward.normalize != "sum" and sampled is not drawn.rollout:  # dynamic sampling: events come from copies
+            normalized_rewards(sampled, cfg.reward)
         metrics = _rollout_metrics(sampled, zero_var)
         if cfg.sampling.turns > 1:
             metrics.update(turn_metrics(sampled.candidates, cfg.sampling.turns))
@@ -329,7 +334,7 @@ class Trainer:
         return start_rollout(
             self.engine, self.tokenizer, problems, cfg.sampling,
             self.runner, generator_seed=generator_seed, repeats=cfg.reward.repeats,
-            chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.normalize,
+            chunks=self.rollout_chunks, weights=cfg.reward.weights.as_dict(), normalize=cfg.reward.weighted_mean,
             timeout_s=cfg.sandbox.timeout_s, overlong=cfg.reward.overlong, penalize_flags=cfg.reward.penalize_flags,
             feedback=cfg.feedback)
 

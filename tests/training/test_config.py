@@ -13,6 +13,7 @@ from training.config import (
     DEFAULT_COMPLETION_STOP,
     KL_ESTIMATORS,
     LOSS_AGGREGATIONS,
+    REWARD_NORMALIZATIONS,
     SECTIONS,
     ConfigError,
     LoraConfig,
@@ -71,6 +72,10 @@ INVALID = [
     ({"reward": {"weights": {"speed": 1}}}, "reward.weights.speed", "valid keys"),
     ({"reward": {"repeats": 0}}, "reward.repeats", ">= 1"),
     ({"reward": {"clip": 0}}, "reward.clip", "> 0"),
+    ({"reward": {"normalize": "zscore"}}, "reward.normalize", "sum, per_component"),
+    ({"reward": {"normalize": "per_component", "turns": "discounted"},
+      "sampling": {"turns": 2, "prompt_style": "chat"}},
+     "reward.normalize", "use reward.turns: final, or reward.normalize: sum"),
     ({"schedule": {"warmup": "linear"}}, "schedule.warmup", "none, stable_then_fast"),
     ({"schedule": {"warmup_steps": -1}}, "schedule.warmup_steps", ">= 0"),
     ({"schedule": {"kl_start_factor": 0.5}}, "schedule.kl_start_factor", ">= 1.0"),
@@ -154,6 +159,25 @@ def test_numbers_written_without_a_dot_are_read_as_numbers(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("ppo:\n  learning_rate: 1e-5\n")  # PyYAML reads this as the string "1e-5"
     assert load_config(path).ppo.learning_rate == 1e-5
+
+
+def test_reward_normalize_defaults_to_sum_and_takes_per_component():
+    assert (RunConfig().reward.normalize, RunConfig().reward.weighted_mean) == ("sum", True)
+    cfg = config_from_dict({"reward": {"normalize": "per_component"}})
+    assert cfg.reward.normalize == "per_component"
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(cfg)))) == cfg
+    # multi-turn with final credit normalizes the trajectories' (last turns') dimensions: allowed
+    assert config_from_dict({"reward": {"normalize": "per_component"},
+                             "sampling": {"turns": 2, "prompt_style": "chat"}})
+
+
+@pytest.mark.parametrize("legacy", [True, False])
+def test_a_saved_config_with_the_old_boolean_normalize_still_loads(legacy):
+    # reward.normalize was "divide by the sum of weights" before it took sum | per_component
+    cfg = config_from_dict({"reward": {"normalize": legacy}})
+    assert (cfg.reward.normalize, cfg.reward.weighted_mean) == ("sum", legacy)
+    # the web app merges a request over the defaults (weighted_mean: true): the old spelling still decides
+    assert config_from_dict({"reward": {"normalize": legacy, "weighted_mean": True}}) == cfg
 
 
 def test_stop_defaults_depend_on_the_prompt_style():
@@ -281,6 +305,7 @@ def test_the_config_s_choices_are_exactly_the_names_the_registries_hold():
 
     assert sorted(ADVANTAGE_ESTIMATORS) == sorted(advantages.ADVANTAGES)
     assert sorted(KL_ESTIMATORS) == sorted(losses.KL_ESTIMATORS)
+    assert sorted(REWARD_NORMALIZATIONS) == sorted(advantages.REWARD_NORMALIZATIONS)
     values, mask = torch.ones(2, 3), torch.ones(2, 3)  # (B, T)
     for mode in LOSS_AGGREGATIONS:
         assert losses.aggregate(values, mask, mode).item() == pytest.approx(1.0)

@@ -84,8 +84,8 @@ def brute_rescore(candidates, before: RewardSettings, weights: dict) -> dict:
     for key, cs in groups.items():
         cs = sorted(cs, key=lambda c: c.index)
         rb = [c.reward if c.reward is not None else
-              brute_total(c, before.weights, before.normalize, before.penalize_flags) for c in cs]
-        ra = [brute_total(c, weights, before.normalize, before.penalize_flags) for c in cs]
+              brute_total(c, before.weights, before.weighted_mean, before.penalize_flags) for c in cs]
+        ra = [brute_total(c, weights, before.weighted_mean, before.penalize_flags) for c in cs]
         ab, aa = (brute_advantages(r, before.advantage, before.clip) for r in (rb, ra))
         flips = [brute_sign(x, rb) != brute_sign(y, ra) for x, y in zip(ab, aa)]
         per_group[key] = (brute_spearman(rb, ra), sum(flips), len(cs))
@@ -99,13 +99,14 @@ SETTINGS = [
     RewardSettings(weights=dict(zip(DIMS, (0.6, 0.15, 0.1, 0.05, 0.1))), advantage="grpo", clip=5.0),
     RewardSettings(weights=dict(zip(DIMS, (0.6, 0.15, 0.1, 0.05, 0.1))), advantage="grpo", clip=0.5,
                    penalize_flags=("exit_before_tests",)),
-    RewardSettings(weights=dict(zip(DIMS, (1.0, 0.5, 0.0, 0.5, 0.2))), advantage="rloo", clip=None, normalize=False),
+    RewardSettings(weights=dict(zip(DIMS, (1.0, 0.5, 0.0, 0.5, 0.2))), advantage="rloo", clip=None,
+                   weighted_mean=False),
     RewardSettings(weights=dict(zip(DIMS, (0.6, 0.15, 0.1, 0.05, 0.1))), advantage="dr_grpo", clip=0.1),
 ]
 NEW_WEIGHTS = [dict(zip(DIMS, w)) for w in ((1, 0, 0, 0, 0), (0.2, 0.2, 0.2, 0.2, 0.2), (0.3, 0.0, 0.6, 1.0, 0.0))]
 
 
-@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.advantage}-clip{s.clip}-norm{s.normalize}")
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: f"{s.advantage}-clip{s.clip}-mean{s.weighted_mean}")
 @pytest.mark.parametrize("weights", NEW_WEIGHTS, ids=["pass-only", "uniform", "odd"])
 def test_it_matches_a_brute_force_recomputation(settings, weights):
     candidates = make_candidates(seed=f"{settings.advantage}-{settings.clip}-{sorted(weights.items())}")
@@ -206,10 +207,11 @@ def test_top_keeps_the_most_changed_problems():
 
 
 def test_settings_come_from_the_run_config():
-    cfg = config_from_dict({"reward": {"normalize": False, "clip": None, "penalize_flags": ["broad_except"]},
-                            "ppo": {"advantage": "rloo"}})
+    cfg = config_from_dict({"reward": {"weighted_mean": False, "normalize": "per_component", "clip": None,
+                                       "penalize_flags": ["broad_except"]}, "ppo": {"advantage": "rloo"}})
     s = RewardSettings.from_config(cfg)
-    assert (s.normalize, s.clip, s.advantage, s.penalize_flags) == (False, None, "rloo", ("broad_except",))
+    assert (s.weighted_mean, s.normalize, s.clip, s.advantage, s.penalize_flags) == (
+        False, "per_component", None, "rloo", ("broad_except",))
     assert s.weights == cfg.reward.weights.as_dict()
 
 
@@ -308,3 +310,50 @@ def test_each_candidate_is_ranked_in_its_group_best_first_ties_sharing_their_mea
     out = rescore(group, before, {"pass_rate": 0.0, "syntax": 1.0})
     ranks = [(c["rank_before"], c["rank_after"]) for c in out["problems"][0]["candidates"]]
     assert ranks == [(1.0, 3.5), (2.5, 1.5), (2.5, 3.5), (4.0, 1.5)]
+
+
+def brute_per_component(cs: list[StoredCandidate], weights: dict, mean: bool, penalize: tuple) -> list[float]:
+    """reward.normalize: per_component spelled out: each dimension's z-score within the group (0 when the
+    dimension is constant), a flagged candidate counted with every dimension 0, then weighted, plus penalties."""
+    flagged = [any(f in penalize for f in c.flags) for c in cs]
+    out = [0.0] * len(cs)
+    for d, w in weights.items():
+        if not w:
+            continue
+        v = [0.0 if f else c.rewards[d] for c, f in zip(cs, flagged)]
+        if max(v) == min(v):
+            continue
+        m, s = statistics.fmean(v), statistics.stdev(v)
+        out = [o + w * (x - m) / (s + EPS) for o, x in zip(out, v)]
+    total = sum(weights.values()) if mean else 1.0
+    return [o / total + (0.0 if f else c.overlong_penalty) for o, c, f in zip(out, cs, flagged)]
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "rloo"])
+def test_per_component_runs_are_rescored_from_the_normalized_dimensions(advantage):
+    before = RewardSettings(weights=dict(zip(DIMS, (0.6, 0.15, 0.1, 0.05, 0.1))), advantage=advantage, clip=None,
+                            penalize_flags=("exit_before_tests",), normalize="per_component")
+    weights = dict(zip(DIMS, (0.3, 0.0, 0.6, 1.0, 0.0)))
+    candidates = make_candidates(seed=f"gdpo-{advantage}")
+    out = rescore(candidates, before, weights, top=100)
+    rows = {(p["problem_id"], c["step"], c["index"]): c for p in out["problems"] for c in p["candidates"]}
+    groups: dict = {}
+    for c in candidates:
+        groups.setdefault((c.step, c.problem_id), []).append(c)
+    for (step, pid), cs in groups.items():
+        cs = sorted(cs, key=lambda c: c.index)
+        for side, w in (("before", before.weights), ("after", weights)):
+            adv = brute_advantages(brute_per_component(cs, w, True, before.penalize_flags), advantage, None)
+            totals = [brute_total(c, w, True, before.penalize_flags) for c in cs]  # what users read
+            for c, a, t in zip(cs, adv, totals):
+                row = rows[(pid, step, c.index)]
+                assert row[f"advantage_{side}"] == pytest.approx(a, abs=1e-4)
+                assert row[f"reward_{side}"] == pytest.approx(t, abs=1e-6)
+    summed = rescore(candidates, dataclasses.replace(before, normalize="sum"), weights, top=100)
+    assert summed["summary"] != out["summary"]  # the setting changes the advantages, hence the flips
+
+
+def test_a_discounted_multi_turn_run_cannot_be_rescored_per_component():
+    before = RewardSettings(weights={"pass_rate": 1.0}, normalize="per_component", turns="discounted")
+    with pytest.raises(ConfigError, match="reward.normalize"):
+        rescore(make_candidates(1), before, {"pass_rate": 1.0})

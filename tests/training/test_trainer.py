@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +72,7 @@ def test_events_follow_the_contract_in_order(tmp_path, tiny_model_dir, problems_
     assert problem["pass_rate"] == problem["solve_rate"]  # the old name, still written
     for cand in problem["candidates"]:
         assert set(cand) >= {"code", "reward", "rewards", "result", "truncated"}
+        assert "reward_normalized" not in cand  # reward.normalize: sum (the default) adds nothing
         assert cand["code"].startswith(next(p["prompt"] for p in PROBLEMS if p["id"] == problem["problem_id"]))
         assert set(cand["rewards"]) == {"pass_rate", "syntax", "efficiency", "conciseness", "format"}
         assert cand["result"]["status"] in {"passed", "failed", "error", "syntax_error", "timeout", "memory",
@@ -349,3 +349,24 @@ def test_truncated_candidates_are_recorded_and_masked_or_penalised(tmp_path, tin
         assert metrics["grad_norm"] == 0.0 and metrics["loss/policy"] == 0.0
     else:  # length 3 at max 3 with a buffer of 2: the full penalty of -1
         assert all(c["overlong_penalty"] == -1.0 for c in cands)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["plain", "dynamic"])
+def test_a_per_component_run_writes_the_plain_total_and_the_normalized_value(tmp_path, qwen3_model_dir,
+                                                                            train_problems_file, runner, dynamic):
+    from training.advantages import group_rewards
+    from training.rewards import combine
+
+    cfg = tiny_run_config(qwen3_model_dir, train_problems_file, train={"steps": 1},
+                          sampling={"dynamic": dynamic, "max_rounds": 2}, reward={"normalize": "per_component"})
+    assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
+    problems = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "problem"]
+    assert problems
+    weights = cfg.reward.weights.as_dict()
+    for event in problems:
+        cands = event["candidates"]
+        # ``reward`` stays the weighted total users read; ``reward_normalized`` is what the estimator saw
+        assert all(c["reward"] == pytest.approx(combine(c["rewards"], weights)) for c in cands)
+        expected = group_rewards("per_component", [c["rewards"] for c in cands], weights, len(cands))
+        assert [c["reward_normalized"] for c in cands] == pytest.approx(expected[0].tolist(), abs=1e-6)
+        assert sum(c["reward_normalized"] for c in cands) == pytest.approx(0.0, abs=1e-5)

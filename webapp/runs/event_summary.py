@@ -8,7 +8,8 @@ model writes, only with the candidates a step samples (a bounded config value), 
 long run is many small events rather than megabytes each.
 
 A summarized ``problem`` event keeps every field but ``candidates``, whose entries keep ``index``,
-``reward``, ``rewards``, ``truncated``, ``overlong_penalty``, ``penalized_flags`` and a ``result`` of
+``reward``, ``rewards``, ``truncated``, ``overlong_penalty``, ``penalized_flags``, ``reward_normalized``
+(``reward.normalize: per_component``) and a ``result`` of
 ``status``, ``tests_passed``, ``tests_total`` and ``flags`` (the same names as the trainer's, so a
 reader of ``candidates[i].result.status`` needs no change); ``summarized: true`` marks it. An
 ``eval`` event's ``per_problem`` entries lose their ``candidates`` (stored as phase ``eval`` rows).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-CANDIDATE_KEYS = ("index", "reward", "rewards", "truncated", "overlong_penalty", "penalized_flags")
+CANDIDATE_KEYS = ("index", "reward", "rewards", "truncated", "overlong_penalty", "penalized_flags", "reward_normalized")
 RESULT_KEYS = ("status", "tests_passed", "tests_total", "flags")
 SUMMARIZED_KINDS = ("problem", "eval")
 

@@ -88,3 +88,17 @@ def test_cancelling_a_running_run_answers_cancelling(client_alice, run):
 def test_every_api_endpoint_answers_401_json_to_anonymous_callers(db, method, path):
     r = getattr(Client(), method)(path)
     assert r.status_code == 401 and r["Content-Type"].startswith("application/json") and "detail" in r.json()
+
+
+def test_a_run_request_takes_reward_normalize_and_the_schema_lists_its_modes(client_alice, problem_set):
+    from webapp.runs.models import Run
+
+    schema = client_alice.get("/api/openapi.json").content.decode()
+    assert "per_component" in schema
+    body = {"name": "gdpo", "problem_set": problem_set.pk, "config": {"reward": {"normalize": "per_component"}}}
+    r = client_alice.post("/api/runs", body, content_type="application/json")
+    assert r.status_code == 201, r.content
+    assert Run.objects.get(pk=r.json()["id"]).config["reward"]["normalize"] == "per_component"
+    bad = dict(body, config={"reward": {"normalize": "zscore"}})
+    r = client_alice.post("/api/runs", bad, content_type="application/json")
+    assert r.status_code == 400 and "reward.normalize" in r.content.decode()

@@ -42,6 +42,13 @@ def test_a_summary_keeps_ids_rewards_outcomes_and_flags_and_drops_code_tests_and
     assert summarize(step) is step  # other events are stored as they are
 
 
+def test_a_summary_keeps_the_per_component_normalized_reward():
+    event = problem_event(3, "HumanEval/0")
+    event["candidates"][0]["reward_normalized"] = -0.75
+    assert summarize(event)["candidates"][0]["reward_normalized"] == -0.75
+    assert "reward_normalized" not in summarize(problem_event(3, "HumanEval/0"))["candidates"][0]
+
+
 def test_an_eval_summary_drops_each_problems_samples():
     event = eval_event(10, 0.5, {"add-3": 0.5})
     event["per_problem"]["add-3"]["candidates"] = [chatty_problem_event(10)["candidates"][0]]

@@ -96,3 +96,15 @@ def test_the_form_page_comes_with_the_answers_at_its_own_and_the_presets_problem
     assert facts["issues"]["8"][str(scratch.pk)] == ["no held-out problems",
                                                      "only 4 train problems for problems_per_step 8"]
     assert facts["issues"]["32"][str(scratch.pk)][-1] == "only 4 train problems for problems_per_step 32"
+
+
+def test_the_form_offers_reward_normalization_with_the_configs_choices_and_help(client_alice, problem_set):
+    html = client_alice.get("/runs/new").content.decode()
+    select = html.split('name="reward.normalize"')[1].split("</select>")[0]
+    assert 'value="sum" selected' in select and 'value="per_component"' in select
+    field = html.split('data-field="reward.normalize"')[1].split('data-field="reward.weighted_mean"')[0]
+    assert "normalized within its group" in field  # the help text is the field's docstring
+    assert 'name="reward.weighted_mean"' in html
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"reward.normalize": "per_component"}))
+    assert r.status_code == 302
+    assert Run.objects.get().config["reward"]["normalize"] == "per_component"
