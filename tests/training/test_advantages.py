@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from training.advantages import (ADVANTAGES, REWARD_NORMALIZATIONS, compute_advantages, get_advantage,
+from training.advantages import (ADVANTAGES, compute_advantages, get_advantage,
                                  get_normalization, group_rewards, per_component, weighted_sum,
                                  zero_variance_groups)
 
