@@ -3,14 +3,25 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from webapp.problems.curation import heldout_ids
 from webapp.problems.models import Problem, ProblemSet
 from webapp.runs.forms import set_warnings
 from webapp.runs.models import Run
 
-from tests.factories import TINY_OVERRIDES, fail_validation, make_problem_set, problem_lines
+from tests.factories import TINY_OVERRIDES, fail_validation, install_model_stub, make_problem_set, problem_lines
 
 from .conftest import upload_file
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(settings, tmp_path):
+    """Runs launched here name models/tiny: a stub of it under a data dir of the test's own (the test data
+    dir holds the real demo models only after a test that builds them has run)."""
+    settings.RUNS_DIR = tmp_path / "runs"
+    settings.MODELS_DIR = tmp_path / "models"
+    install_model_stub(settings.MODELS_DIR / "tiny")
 
 
 def _upload(client, data: bytes, **fields):
