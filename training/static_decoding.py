@@ -103,6 +103,10 @@ class StaticDecoder:
         self.token = torch.full((bucket,), pad_id, dtype=torch.long, device=device)  # (Bk,) last token
         self.position = torch.zeros((bucket, 1), dtype=torch.long, device=device)  # (Bk, 1)
         self.key_mask = torch.zeros((bucket, max_len), dtype=torch.bool, device=device)  # (Bk, L)
+        # eager attention adds its mask (0 where allowed, the dtype's minimum elsewhere): kept beside key_mask
+        # and updated with it, so no step builds one
+        self.additive = (torch.zeros((bucket, max_len), dtype=self.dtype, device=device)
+                         if self.eager_masks else None)  # (Bk, L)
         self.write_at = torch.zeros((1,), dtype=torch.long, device=device)  # cache index of this step's token
         self.step_index = torch.zeros((1,), dtype=torch.long, device=device)  # t
         self.done = torch.zeros((bucket,), dtype=torch.bool, device=device)  # (Bk,)
@@ -118,9 +122,8 @@ class StaticDecoder:
                        attention_mask=self._masks(), **{self.cache_kwarg: self.cache})
 
     def _masks(self) -> dict:
-        if self.eager_masks:  # eager attention adds its mask: 0 where allowed, the dtype's minimum elsewhere
-            full = torch.zeros(self.key_mask.shape, dtype=self.dtype, device=self.device)
-            full = full.masked_fill(~self.key_mask, torch.finfo(self.dtype).min)[:, None, None, :]
+        if self.additive is not None:
+            full = self.additive[:, None, None, :]  # (Bk, 1, 1, L)
         else:
             full = self.key_mask[:, None, None, :]  # (Bk, 1, 1, L) True = attend
         return {"full_attention": full, "linear_attention": None}
@@ -149,6 +152,9 @@ class StaticDecoder:
         self.key_mask.zero_()
         self.key_mask[:rows, :p] = attention_mask[repeat].bool()
         self.key_mask[rows:, 0] = True  # padding rows attend to one (zero) key: finite, never read
+        if self.additive is not None:
+            self.additive.zero_()
+            self.additive.masked_fill_(~self.key_mask, torch.finfo(self.dtype).min)
         positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]  # (N, 1)
         self.position.zero_()
         self.position[:rows] = positions[repeat]
@@ -205,6 +211,8 @@ class StaticDecoder:
     def _forward(self) -> None:
         """The next token's forward: its key becomes visible, it is written at ``write_at``."""
         self.key_mask.index_fill_(1, self.write_at, True)
+        if self.additive is not None:
+            self.additive.index_fill_(1, self.write_at, 0.0)
         self.position.add_(1)
         out = self.model(input_ids=self.token[:, None], position_ids=self.position, use_cache=True,
                          attention_mask=self._masks(), **{self.cache_kwarg: self.cache})
