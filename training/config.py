@@ -319,7 +319,7 @@ class SamplingConfig(_Section):
     the update overlap (one step off-policy; ppo.tis_cap corrects for it, the mismatch metrics show it)."""
     compile: str = _field("auto", choices=COMPILE_MODES)
     """engine hf: decode with a static-shape step (a fixed cache, batch buckets) captured as a CUDA graph on a GPU.
-    auto: on where the step runs on CUDA, off on CPU (not measured faster there yet: training/static_decoding.py);
+    auto: on where the step runs on CUDA, off on CPU (measured slower there: 0.63x on the tiny Qwen3.5, RESULTS.md);
     on/off force it. The tokens, log-probs and stop cut are the eager loop's (same draws for a fixed seed)."""
 
     def _check(self) -> None:

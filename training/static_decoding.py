@@ -25,10 +25,11 @@ for a fixed seed it samples the same tokens (tested). Two differences, both outs
 a row ended by a stop string keeps sampling until the next check (``generated_tokens`` counts up to
 ``CHECK_EVERY - 1`` tokens more), and the random stream advances past where the eager loop stopped.
 
-``sampling.compile``: ``auto`` uses this path where the step runs on CUDA. On CPU it keeps the eager loop
-(the tested default there): two A/B measurements on a loaded 2-core machine disagreed (the static step at
-3.1x and at 0.6x the eager loop's tokens/s on the tiny Qwen3.5, same tokens), so only ``on`` uses it there
-until ``python -m benchmarks.rollout_bench --hf-only`` on a quiet machine says otherwise.
+``sampling.compile``: ``auto`` uses this path where the step runs on CUDA. On CPU the eager loop is faster
+(it drops finished rows and shares prompt keys/values; without a graph the static step only adds work):
+measured on a quiet 2-core machine, the static step samples at 0.63x (tiny Qwen3.5) and 0.91x (tiny Qwen3)
+the eager loop's tokens/s (``python -m benchmarks.rollout_bench --hf-only``, RESULTS.md
+``rollout-bench-static``), so only ``on`` uses it there.
 """
 
 from __future__ import annotations
