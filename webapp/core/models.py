@@ -15,7 +15,24 @@ class OwnedQuerySet(models.QuerySet):
         return self.filter(owner=user)
 
 
-class TrainerJob(models.Model):
+class TransitionError(ValueError):
+    """A state change that the row's current state does not allow; the message says why and what to do."""
+
+
+class LockedRow:
+    """A model whose state-changing methods lock their row (``select_for_update``), decide on what they
+    re-read there, and copy the stored row back onto the instance they were called on."""
+
+    def _locked(self):
+        """This row, locked until the transaction ends (None when it was deleted)."""
+        return type(self).objects.select_for_update().filter(pk=self.pk).first()
+
+    def _refresh_from(self, locked) -> None:
+        for f in self._meta.concrete_fields:
+            setattr(self, f.attname, getattr(locked, f.attname))
+
+
+class TrainerJob(LockedRow, models.Model):
     """A row that a Celery task works on by supervising the training CLI as a child process (a training
     run, a difficulty probe): the task claims the row under a row lock, beats a heartbeat while its child
     works, and finishes the row with a verdict; whoever finds the row held by a worker that is gone
@@ -49,16 +66,6 @@ class TrainerJob(models.Model):
     def trainer_marker(self) -> str:
         """A path that the command line of this job's child names (and no other process's does)."""
         raise NotImplementedError
-
-    # ---- locking ------------------------------------------------------------------------------------
-
-    def _locked(self):
-        """This row, locked until the transaction ends (None when it was deleted)."""
-        return type(self).objects.select_for_update().filter(pk=self.pk).first()
-
-    def _refresh_from(self, locked) -> None:
-        for f in self._meta.concrete_fields:
-            setattr(self, f.attname, getattr(locked, f.attname))
 
     # ---- the supervising task -----------------------------------------------------------------------
 

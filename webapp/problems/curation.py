@@ -10,7 +10,7 @@ from typing import Iterable
 
 from django.db import transaction
 
-from .models import Problem, ProblemSet
+from .models import Problem, ProblemSet, assign_splits
 
 MAX_HELDOUT_SHARE = 0.9
 
@@ -49,26 +49,9 @@ def apply_heldout_share(ps: ProblemSet, rows: list[Problem]) -> None:
     if ps.heldout_share is None:
         return
     if any(r.split == "heldout" for r in rows):
-        ps.heldout_share, ps.heldout_seed = None, 0
+        ps.choose_heldout(None)
         return
-    _assign(rows, heldout_ids((r.problem_id for r in rows), ps.heldout_share, ps.heldout_seed))
-
-
-def _assign(rows: list[Problem], heldout: set[str]) -> None:
-    for row in rows:
-        row.split = "heldout" if row.problem_id in heldout else "train"
-        row.data = {**row.data, "split": row.split}
-
-
-def refresh_counts(ps: ProblemSet) -> None:
-    """The set's split and exclusion counts from its rows; train and held-out count only included problems."""
-    included = ps.problems.filter(excluded=False)
-    ps.problem_count = ps.problems.count()
-    ps.train_count = included.filter(split="train").count()
-    ps.heldout_count = included.filter(split="heldout").count()
-    ps.excluded_count = ps.problems.filter(excluded=True).count()
-    ps.save(update_fields=["problem_count", "train_count", "heldout_count", "excluded_count", "heldout_share",
-                           "heldout_seed"])
+    assign_splits(rows, heldout_ids((r.problem_id for r in rows), ps.heldout_share, ps.heldout_seed))
 
 
 def set_heldout_share(ps: ProblemSet, share: float, seed: int = 0) -> ProblemSet:
@@ -81,11 +64,8 @@ def set_heldout_share(ps: ProblemSet, share: float, seed: int = 0) -> ProblemSet
         if brings_heldout(locked):
             raise CurationError(f"the set's file brings its own held-out split ({locked.heldout_count} problems); "
                                 "change it in the file and upload it again")
-        locked.heldout_share, locked.heldout_seed = (share, seed) if share > 0 else (None, 0)
-        rows = list(locked.problems.all())
-        _assign(rows, heldout_ids((r.problem_id for r in rows), share, seed))
-        Problem.objects.bulk_update(rows, ["split", "data"], batch_size=500)
-        refresh_counts(locked)
+        locked.choose_heldout(share, seed)
+        locked.resplit(heldout_ids(locked.problems.values_list("problem_id", flat=True), share, seed))
     return locked
 
 
@@ -93,6 +73,5 @@ def set_excluded(ps: ProblemSet, problem: Problem, excluded: bool) -> ProblemSet
     """Exclude a problem from the runs launched afterwards (or include it again); it stays in the set."""
     with transaction.atomic():
         locked = ProblemSet.objects.select_for_update().get(pk=ps.pk)
-        Problem.objects.filter(pk=problem.pk, problem_set=locked).update(excluded=excluded)
-        refresh_counts(locked)
+        locked.set_excluded(problem, excluded)
     return locked

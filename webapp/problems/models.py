@@ -4,15 +4,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.template.defaultfilters import filesizeformat, pluralize
 from django.utils import timezone
 
-from webapp.core.models import OwnedQuerySet, TrainerJob
+from webapp.core.models import LockedRow, OwnedQuerySet, TrainerJob, TransitionError
+
+__all__ = ["Problem", "ProblemSet", "ProblemValidation", "Probe", "TransitionError"]
 
 
-class ProblemSet(models.Model):
-    """An uploaded problem file, stored as rows; validated on the Celery `sandbox` queue."""
+class ProblemSet(LockedRow, models.Model):
+    """An uploaded problem file, stored as rows; validated on the Celery `sandbox` queue.
+
+    Two state machines live on the row, each written only by the methods below (a web request, the
+    import task and the validation task run in different processes; each method locks the row and decides
+    on what it re-reads there):
+
+    - import: ``importing`` (a large upload a sandbox worker parses: ``attach_upload``,
+      ``record_import_progress``) -> ``done`` | ``failed`` (``end_import``); a small upload is born ``done``.
+    - validation: any -> ``pending`` (``request_validation`` bumps ``validation_generation``; a task of an
+      older generation stands down) -> ``running`` (``start_validation``; progress by
+      ``record_validation_chunk``) -> ``done`` | ``failed`` (``finish_validation``).
+
+    The counts and the chosen held-out share follow the problems (``refresh_counts``, ``choose_heldout``,
+    ``resplit``, ``set_excluded``). Import and validation stay columns of the set rather than job rows of
+    their own: a set has at most one of each at a time, the generation already tells requests apart, and
+    the API, pages and live messages read these columns as their contract.
+    """
 
     class Validation(models.TextChoices):
         PENDING = "pending"
@@ -68,6 +86,190 @@ class ProblemSet(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.problem_count} problems)"
+
+    # ---- import (a large upload, parsed by a sandbox worker) ---------------------------------------
+
+    def _refuse_unless_importing(self, locked: "ProblemSet", what: str) -> None:
+        if locked.import_status != self.Import.IMPORTING:
+            raise TransitionError(f"problem set {locked.pk}: {what} only while it is importing; its import "
+                                  f"is {locked.import_status}")
+
+    def attach_upload(self, path: str, size: int) -> None:
+        """The stored upload (``path`` relative to MEDIA_ROOT, ``size`` bytes as sent) its import reads."""
+        with transaction.atomic():
+            locked = self._locked()
+            self._refuse_unless_importing(locked, "an upload is attached")
+            locked.upload_path, locked.import_total_bytes = path, size
+            locked.save(update_fields=["upload_path", "import_total_bytes"])
+            self._refresh_from(locked)
+
+    def record_import_progress(self, lines: int, read_bytes: int) -> bool:
+        """How far the import read (no lock: the task is its only writer while it imports); False, and
+        nothing written, once the set is no longer importing (deleted, or another copy of the task ended it)."""
+        written = ProblemSet.objects.filter(pk=self.pk, import_status=self.Import.IMPORTING).update(
+            import_lines=lines, import_read_bytes=read_bytes)
+        self.import_lines, self.import_read_bytes = lines, read_bytes
+        return bool(written)
+
+    def end_import(self, *, errors: list[dict], lines: int, format: str | None) -> None:
+        """importing -> done (``format``: the format the problems, stored by the caller in this transaction,
+        were read as) or failed (``format`` None: no problem came of the file; nor will a validation)."""
+        with transaction.atomic():
+            locked = self._locked()
+            self._refuse_unless_importing(locked, "an import can end")
+            locked.import_errors, locked.import_lines = errors, lines
+            locked.import_read_bytes, locked.upload_path = locked.import_total_bytes, ""
+            if format:
+                locked.format, locked.import_status = format, self.Import.DONE
+            else:
+                locked.import_status = self.Import.FAILED
+                locked.validation_status = self.Validation.FAILED
+                locked.validation_error = "nothing to validate: the import failed"
+            locked.save(update_fields=["import_errors", "import_read_bytes", "import_lines", "upload_path", "format",
+                                       "import_status", "validation_status", "validation_error"])
+            self._refresh_from(locked)
+
+    def replace_source(self, *, format: str | None = None, errors: list[dict] | None = None) -> None:
+        """New problems from a file read in the foreground (their rows are the caller's): the format read
+        and the lines refused, where given."""
+        with transaction.atomic():
+            locked = self._locked()
+            if locked.import_status == self.Import.IMPORTING:
+                raise TransitionError(f"problem set {locked.pk} is being imported; replace its problems once "
+                                      "the import has ended")
+            locked.import_status = self.Import.DONE
+            if format:
+                locked.format = format
+            if errors is not None:
+                locked.import_errors = errors
+            locked.save(update_fields=["format", "import_errors", "import_status"])
+            self._refresh_from(locked)
+
+    # ---- validation (the reference must pass, an empty program must fail) --------------------------
+
+    def request_validation(self) -> int:
+        """Any validation state -> pending, as a new generation (returned): a task started for an older
+        request stops or discards its results, so a re-validation never loses to a running one."""
+        with transaction.atomic():
+            locked = self._locked()
+            if locked.import_status != self.Import.DONE:
+                raise TransitionError(f"problem set {locked.pk} has no problems to validate: its import is "
+                                      f"{locked.import_status}")
+            locked.validation_generation += 1
+            locked.validation_status, locked.validation_error = self.Validation.PENDING, ""
+            locked.validation_started = locked.validation_finished = None
+            locked.validation_checked = 0
+            locked.save(update_fields=["validation_generation", "validation_status", "validation_error",
+                                       "validation_started", "validation_finished", "validation_checked"])
+            self._refresh_from(locked)
+            return locked.validation_generation
+
+    def start_validation(self, generation: int, *, force: bool = False) -> bool:
+        """pending | running (a task redelivered after its worker died starts over) -> running, counts
+        reset; also done | failed with ``force``. False, and nothing written, for a task of an older
+        ``generation`` or (without ``force``) one whose generation is already validated."""
+        with transaction.atomic():
+            locked = self._locked()
+            if locked is None:
+                return False
+            self._refresh_from(locked)
+            if generation != locked.validation_generation:
+                return False
+            if locked.validation_status in (self.Validation.DONE, self.Validation.FAILED) and not force:
+                return False
+            if locked.import_status != self.Import.DONE:
+                raise TransitionError(f"problem set {locked.pk} has no problems to validate: its import is "
+                                      f"{locked.import_status}")
+            locked.validation_status = self.Validation.RUNNING
+            locked.validation_started, locked.validation_finished, locked.validation_error = timezone.now(), None, ""
+            locked.validation_checked = locked.validation_passed = locked.validation_failed = 0
+            locked.save(update_fields=["validation_status", "validation_started", "validation_finished",
+                                       "validation_error", "validation_checked", "validation_passed",
+                                       "validation_failed"])
+            self._refresh_from(locked)
+            return True
+
+    def _running_generation(self, generation: int, what: str) -> "ProblemSet | None":
+        """The locked row when ``generation`` is the one running; None when the set is gone or a newer
+        request owns it (that request's task writes the results)."""
+        locked = self._locked()
+        if locked is None or locked.validation_generation != generation:
+            return None
+        if locked.validation_status != self.Validation.RUNNING:
+            raise TransitionError(f"problem set {locked.pk}: {what} only while its validation runs; it is "
+                                  f"{locked.validation_status}")
+        return locked
+
+    def record_validation_chunk(self, generation: int, *, checked: int, passed: int) -> bool:
+        """``checked`` more problems validated, ``passed`` of them ok; False when the set is gone or a newer
+        validation owns it (the caller stores the chunk's verdicts in the same transaction only when True)."""
+        with transaction.atomic():
+            locked = self._running_generation(generation, "progress is recorded")
+            if locked is None:
+                return False
+            locked.validation_checked += checked
+            locked.validation_passed += passed
+            locked.validation_failed += checked - passed
+            locked.save(update_fields=["validation_checked", "validation_passed", "validation_failed"])
+            self._refresh_from(locked)
+            return True
+
+    def finish_validation(self, generation: int, error: str = "") -> bool:
+        """running -> done, or failed with ``error`` (the job itself broke; the verdicts stored so far stay
+        with their counts). False when the set is gone or a newer validation owns it."""
+        with transaction.atomic():
+            locked = self._running_generation(generation, "a validation can finish")
+            if locked is None:
+                return False
+            locked.validation_status = self.Validation.FAILED if error else self.Validation.DONE
+            locked.validation_error = error
+            locked.validation_finished = timezone.now()
+            locked.save(update_fields=["validation_status", "validation_error", "validation_finished"])
+            self._refresh_from(locked)
+            return True
+
+    # ---- counts and curation ------------------------------------------------------------------------
+
+    def refresh_counts(self) -> None:
+        """The split and exclusion counts from the set's rows; train and held-out count only included
+        problems."""
+        with transaction.atomic():
+            locked = self._locked()
+            problems = locked.problems.all()
+            included = problems.filter(excluded=False)
+            locked.problem_count = problems.count()
+            locked.train_count = included.filter(split="train").count()
+            locked.heldout_count = included.filter(split="heldout").count()
+            locked.excluded_count = problems.filter(excluded=True).count()
+            locked.save(update_fields=["problem_count", "train_count", "heldout_count", "excluded_count"])
+            self._refresh_from(locked)
+
+    def choose_heldout(self, share: float | None, seed: int = 0) -> None:
+        """The held-out share the user chose (and its seed); ``share`` None or 0: the splits are the file's."""
+        with transaction.atomic():
+            locked = self._locked()
+            locked.heldout_share, locked.heldout_seed = (share, seed) if share else (None, 0)
+            locked.save(update_fields=["heldout_share", "heldout_seed"])
+            self._refresh_from(locked)
+
+    def resplit(self, heldout: set[str]) -> None:
+        """Every problem whose id is in ``heldout`` goes to the held-out split, the others to train (the
+        row's ``split`` and its ``data["split"]``); the counts follow."""
+        with transaction.atomic():
+            locked = self._locked()
+            rows = list(locked.problems.all())
+            assign_splits(rows, heldout)
+            Problem.objects.bulk_update(rows, ["split", "data"], batch_size=500)
+            self.refresh_counts()
+
+    def set_excluded(self, problem: "Problem", excluded: bool) -> None:
+        """Leave ``problem`` (one of this set's) out of the runs launched afterwards, or take it in again."""
+        with transaction.atomic():
+            locked = self._locked()
+            if not Problem.objects.filter(pk=problem.pk, problem_set=locked).update(excluded=excluded):
+                raise TransitionError(f"problem {problem.pk} is not one of problem set {locked.pk}'s")
+            problem.excluded = excluded
+            self.refresh_counts()
 
     @property
     def validation_badge(self) -> tuple[str, str]:
@@ -157,6 +359,14 @@ class ProblemSet(models.Model):
         if self.validation_status == self.Validation.RUNNING:
             return f"{self.validation_checked} of {self.problem_count} checked"
         return ""
+
+
+def assign_splits(rows: list["Problem"], heldout: set[str]) -> None:
+    """Put the rows whose id is in ``heldout`` in the held-out split and the others in train (``split`` and
+    ``data["split"]``); the caller stores them (new rows: ``bulk_create``; a set's rows: ``ProblemSet.resplit``)."""
+    for row in rows:
+        row.split = "heldout" if row.problem_id in heldout else "train"
+        row.data = {**row.data, "split": row.split}
 
 
 class Problem(models.Model):

@@ -18,7 +18,6 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from webapp import env
 from webapp.core.groups import user_group
@@ -27,7 +26,7 @@ from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
 from . import curation
 from .environments import environment_quota_errors
-from .models import Problem, ProblemSet, ProblemValidation
+from .models import Problem, ProblemSet, ProblemValidation, TransitionError
 
 if TYPE_CHECKING:
     from sandbox.checks import ProblemCheck
@@ -231,7 +230,7 @@ def _store_problems(problem_set: ProblemSet, problems: Iterable) -> None:
                     tags=db_safe(list(p.tags)), data=db_safe(p.to_dict())) for i, p in enumerate(problems)]
     curation.apply_heldout_share(problem_set, rows)  # a held-out share chosen at upload, for a file with none
     Problem.objects.bulk_create(rows, batch_size=500)
-    curation.refresh_counts(problem_set)
+    problem_set.refresh_counts()
 
 
 def replace_problems(problem_set: ProblemSet, problems: list, *, format: str | None = None,
@@ -239,11 +238,7 @@ def replace_problems(problem_set: ProblemSet, problems: list, *, format: str | N
     """Refresh a set's problems in place (its id, and so the runs that point at it, stay)."""
     with transaction.atomic():
         locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
-        if format:
-            locked.format = format
-        if errors is not None:
-            locked.import_errors = errors
-        locked.save(update_fields=["format", "import_errors"])
+        locked.replace_source(format=format, errors=errors)
         _store_problems(locked, problems)
     if validate:
         enqueue_validation(locked)
@@ -278,9 +273,7 @@ def start_import(owner, name: str, filename: str, uploaded_file, format: str, *,
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        ps.upload_path = str(path.relative_to(settings.MEDIA_ROOT))
-        ps.import_total_bytes = size
-        ps.save(update_fields=["upload_path", "import_total_bytes"])
+        ps.attach_upload(str(path.relative_to(settings.MEDIA_ROOT)), size)
         transaction.on_commit(lambda: publish_import(ps.pk))
     log.info("problem set %s: %s (%d bytes) stored, importing on the sandbox queue", ps.pk, filename, size)
     return ps
@@ -325,9 +318,7 @@ def import_problem_set(problem_set_id: int) -> ProblemSet | None:
         if time.monotonic() - last < IMPORT_PROGRESS_INTERVAL_S:
             return
         last = time.monotonic()
-        ProblemSet.objects.filter(pk=ps.pk, import_status=ProblemSet.Import.IMPORTING).update(
-            import_lines=lines, import_read_bytes=read_bytes)
-        ps.import_lines, ps.import_read_bytes = lines, read_bytes
+        ps.record_import_progress(lines, read_bytes)
         notify_import(ps)
 
     path = Path(settings.MEDIA_ROOT) / ps.upload_path
@@ -345,20 +336,10 @@ def import_problem_set(problem_set_id: int) -> ProblemSet | None:
         locked = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
         if locked is None or not locked.importing:
             return locked  # deleted meanwhile, or another copy of the task finished first
-        locked.import_errors = errors
-        locked.import_read_bytes = locked.import_total_bytes
-        locked.import_lines = lines_read
-        locked.upload_path = ""
-        if result is not None and result.problems:
-            locked.format = result.format
-            locked.import_status = ProblemSet.Import.DONE
+        imported = result is not None and bool(result.problems)
+        if imported:
             _store_problems(locked, result.problems)
-        else:
-            locked.import_status = ProblemSet.Import.FAILED
-            locked.validation_status = ProblemSet.Validation.FAILED
-            locked.validation_error = "nothing to validate: the import failed"
-        locked.save(update_fields=["import_errors", "import_read_bytes", "import_lines", "upload_path", "format",
-                                   "import_status", "validation_status", "validation_error"])
+        locked.end_import(errors=errors, lines=lines_read, format=result.format if imported else None)
         if locked.import_status == ProblemSet.Import.DONE:
             locked = enqueue_validation(locked)
         # The rows are the set from now on; the file goes once they are committed.
@@ -411,19 +392,9 @@ def enqueue_validation(problem_set: ProblemSet) -> ProblemSet:
     discards its results, so a re-validation during a running one never loses to it.
     """
     with transaction.atomic():
-        locked = ProblemSet.objects.select_for_update().get(pk=problem_set.pk)
-        locked.validation_generation += 1
-        locked.validation_status = ProblemSet.Validation.PENDING
-        locked.validation_error = ""
-        locked.validation_started = locked.validation_finished = None
-        locked.validation_checked = 0
-        locked.save(update_fields=["validation_generation", "validation_status", "validation_error",
-                                   "validation_started", "validation_finished", "validation_checked"])
-        generation = locked.validation_generation
-        transaction.on_commit(lambda: publish_validation(locked.pk, generation))
-    problem_set.validation_generation = generation
-    problem_set.validation_status = locked.validation_status
-    return locked
+        generation = problem_set.request_validation()
+        transaction.on_commit(lambda: publish_validation(problem_set.pk, generation))
+    return problem_set
 
 
 def validation_task_id(problem_set_id: int, generation: int) -> str:
@@ -504,14 +475,8 @@ def validate_problem_set(problem_set_id: int, generation: int | None = None, *,
         if generation != ps.validation_generation:
             log.info("problem set %s: validation %s superseded by %s", ps.pk, generation, ps.validation_generation)
             return ps
-        if ps.validation_status in (ProblemSet.Validation.DONE, ProblemSet.Validation.FAILED) and not force:
+        if not ps.start_validation(generation, force=force):
             return ps  # a redelivered task: the work is done
-        ps.validation_status = ProblemSet.Validation.RUNNING
-        ps.validation_started, ps.validation_finished, ps.validation_error = timezone.now(), None, ""
-        ps.validation_checked = ps.validation_passed = ps.validation_failed = 0
-        ps.save(update_fields=["validation_status", "validation_started", "validation_finished",
-                               "validation_error", "validation_checked", "validation_passed",
-                               "validation_failed"])
         ProblemValidation.objects.filter(problem__problem_set=ps).delete()
     notify_validation(ps)
 
@@ -534,36 +499,32 @@ def validate_problem_set(problem_set_id: int, generation: int | None = None, *,
 
 def _record_checks(problem_set_id: int, generation: int, rows: list, checks: list[ProblemCheck]) -> bool:
     """Store one chunk's verdicts and progress; False when the set is gone or a newer validation owns it."""
+    passed = sum(1 for c in checks if c.ok)
     with transaction.atomic():
-        ps = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
-        if ps is None or ps.validation_generation != generation:
+        ps = ProblemSet.objects.filter(pk=problem_set_id).first()
+        try:
+            if ps is None or not ps.record_validation_chunk(generation, checked=len(checks), passed=passed):
+                return False
+        except TransitionError as exc:  # a second copy of this task (redelivered) ended the validation
+            log.warning("%s; this copy of the task stops", exc)
             return False
         ProblemValidation.objects.bulk_create([
             ProblemValidation(problem=row, reference_passed=c.reference_passed, empty_failed=c.empty_failed,
                               detail=db_safe(c.detail), reference_result=db_safe(_stored(c.reference)),
                               empty_result=db_safe(_stored(c.empty)))
             for row, c in zip(rows, checks)], batch_size=200)
-        passed = sum(1 for c in checks if c.ok)
-        ps.validation_checked += len(checks)
-        ps.validation_passed += passed
-        ps.validation_failed += len(checks) - passed
-        ps.save(update_fields=["validation_checked", "validation_passed", "validation_failed"])
     notify_validation(ps)
     return True
 
 
 def _finish(problem_set_id: int, generation: int, *, error: str = "") -> ProblemSet | None:
-    with transaction.atomic():
-        ps = ProblemSet.objects.select_for_update().filter(pk=problem_set_id).first()
-        if ps is None or ps.validation_generation != generation:
+    ps = ProblemSet.objects.filter(pk=problem_set_id).first()
+    try:
+        if ps is None or not ps.finish_validation(generation, error):
             return ps  # deleted, or re-validation requested meanwhile: that task writes the results
-        if error:  # the verdicts stored before the failure stay, with their counts
-            ps.validation_status = ProblemSet.Validation.FAILED
-            ps.validation_error = error
-        else:
-            ps.validation_status = ProblemSet.Validation.DONE
-        ps.validation_finished = timezone.now()
-        ps.save(update_fields=["validation_status", "validation_error", "validation_finished"])
+    except TransitionError as exc:  # a second copy of this task (redelivered) ended it first
+        log.warning("%s; this copy of the task stops", exc)
+        return ps
     notify_validation(ps)
     return ps
 

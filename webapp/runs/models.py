@@ -8,6 +8,7 @@ append-only log the websocket replays from.
 """
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from django.conf import settings
@@ -15,7 +16,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from training.events import DONE_STATUSES
-from webapp.core.models import OwnedQuerySet, TrainerJob
+from webapp.core.models import OwnedQuerySet, TrainerJob, TransitionError
 
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
 FINISHED_STATUSES = DONE_STATUSES
@@ -26,8 +27,8 @@ RESUMABLE_STATUSES = ("failed", "cancelled")
 """What resume continues from its last checkpoint."""
 
 
-class TransitionError(ValueError):
-    """A status change that the run's current status does not allow; the message says why."""
+__all__ = ["Run", "RunEvent", "StepMetric", "ProblemStat", "Candidate", "Eval", "Checkpoint", "TransitionError",
+           "status_groups"]
 
 
 class RunQuerySet(OwnedQuerySet):
@@ -91,6 +92,24 @@ class Run(TrainerJob):
     def trainer_marker(self) -> str:
         return str(self.path / "run.yaml")
 
+    def set_up(self, *, config: dict, run_dir: str) -> None:
+        """A new run's full config (its ``problems`` path filled in) and the directory it was written to;
+        once, while the run is still queued."""
+        with transaction.atomic():
+            run = self._locked()
+            if run.run_dir:
+                raise TransitionError(f"run {run.pk} is already set up in {run.run_dir}")
+            if run.status != Run.Status.QUEUED:
+                raise TransitionError(f"run {run.pk} is {run.status}; only a new, queued run is set up")
+            run.config, run.run_dir = config, run_dir
+            run.save(update_fields=["config", "run_dir"])
+            self._refresh_from(run)
+
+    def edit(self, *, name: str, notes: str) -> None:
+        """The user's name and notes (checked by the caller); any status."""
+        self.name, self.notes = name, notes
+        Run.objects.filter(pk=self.pk).update(name=name, notes=notes)
+
     def on_claim(self) -> None:
         self.started = self.started or timezone.now()  # a resumed run keeps its first start
 
@@ -142,6 +161,7 @@ class Run(TrainerJob):
             run.auto_resumes += automatic
             run.auto_resume = False
             run.worker_pid = run.trainer_pid = None
+            run.celery_task_id = uuid.uuid4().hex  # a new supervisor task: the sweep tells it from the last one
             run.save()
             self._refresh_from(run)
 

@@ -92,8 +92,7 @@ def create_run(owner, name: str, problem_set, config: dict) -> Run:
             copied = shutil.copyfile(probe.output_file, run_dir / "probe.jsonl")
             trainer = merge_config(trainer, {"difficulty": {"probe": str(Path(copied).resolve())}})
         save_config(config_from_dict(trainer), run_dir / "run.yaml")
-        run.config, run.run_dir = full, str(run_dir.resolve())
-        run.save(update_fields=["config", "run_dir"])
+        run.set_up(config=full, run_dir=str(run_dir.resolve()))
         _enqueue_on_commit(run)
     notify_status(run)
     return run
@@ -137,8 +136,6 @@ def resume_run(run: Run, *, automatic: bool = False) -> Run:
     """failed | cancelled -> queued; the trainer is started with ``--resume`` (last checkpoint).
     ``automatic``: the resume of a run a worker shutdown stopped (see ``Run.requeue``)."""
     run.requeue(automatic=automatic)
-    run.celery_task_id = uuid.uuid4().hex
-    run.save(update_fields=["celery_task_id"])
     _enqueue_on_commit(run)
     notify_status(run)
     return run

@@ -56,8 +56,7 @@ def run_edit(request: HttpRequest, run_id: int) -> HttpResponse:
     if problem:
         messages.error(request, problem)
     else:
-        run.name, run.notes = name, notes
-        run.save(update_fields=["name", "notes"])
+        run.edit(name=name, notes=notes)
     return redirect("run-detail", run_id=run.pk)
 
 
