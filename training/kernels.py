@@ -198,18 +198,24 @@ def _is_routed(module: ModuleType) -> bool:
     return bound is not None and getattr(module, CHUNK_FUNCTION, None) is bound
 
 
+def hub_wrapper_closure(fn: Any) -> dict[str, Any]:
+    """What transformers' ``use_kernel_func_from_hub_with_fallback`` wrapper ``fn`` closed over:
+    ``is_new_implementation`` (true: it resolved to the package's kernel) and ``torch_function`` (the
+    PyTorch function it wraps); empty for None or a function that is no such wrapper."""
+    if fn is None:
+        return {}
+    try:
+        return dict(inspect.getclosurevars(fn).nonlocals)
+    except (TypeError, ValueError):
+        return {}
+
+
 def _fast_chunk(module: ModuleType) -> Any:
     """The PyTorch function behind ``module.torch_chunk_gated_delta_rule`` when that name is transformers'
-    hub wrapper resolved to a package kernel (``is_new_implementation`` in its closure), else None."""
-    fn = getattr(module, CHUNK_FUNCTION, None)
-    if fn is None:
-        return None
-    try:
-        nonlocals = inspect.getclosurevars(fn).nonlocals
-    except (TypeError, ValueError):
-        return None
-    torch_function = nonlocals.get("torch_function")
-    if not nonlocals.get("is_new_implementation") or not callable(torch_function):
+    hub wrapper resolved to a package kernel, else None."""
+    closure = hub_wrapper_closure(getattr(module, CHUNK_FUNCTION, None))
+    torch_function = closure.get("torch_function")
+    if not closure.get("is_new_implementation") or not callable(torch_function):
         return None
     return torch_function
 

@@ -18,7 +18,6 @@ how fast those fallback kernels run there.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections import Counter
 from typing import Any
@@ -149,13 +148,9 @@ def kernel_warnings(kernels: dict[str, Any], *, on_gpu: bool) -> list[str]:
 def _uses_fast_kernel(fn: Any) -> bool:
     """Whether transformers' ``use_kernel_func_from_hub_with_fallback`` wrapper ``fn`` resolved to the
     package's kernel (its closure says so) rather than the torch function it wraps."""
-    if fn is None:
-        return False
-    try:
-        nonlocals = inspect.getclosurevars(fn).nonlocals
-    except (TypeError, ValueError):
-        return False
-    return bool(nonlocals.get("is_new_implementation", False))
+    from training.kernels import hub_wrapper_closure
+
+    return bool(hub_wrapper_closure(fn).get("is_new_implementation", False))
 
 
 def _base_model(model: Any) -> Any:
