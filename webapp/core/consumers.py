@@ -20,7 +20,9 @@ class JsonFrameConsumer(AsyncJsonWebsocketConsumer):
     """Base of the consumers that read JSON objects from their clients. A frame it cannot read (binary,
     longer than MAX_FRAME_CHARS, not JSON, nested deeper than MAX_FRAME_DEPTH, not an object) is
     answered ``{"type": "error", "code", "error"}`` and the socket closed with that 4xxx code and the
-    reason; never a traceback and a 1011. The parse is bounded before it starts (sandbox.boundedjson)."""
+    reason; never a traceback and a 1011. The parse is bounded before it starts (sandbox.boundedjson).
+    A ``{"type": "ping"}`` is answered ``{"type": "pong"}``; on disconnect the consumer leaves the group
+    its ``connect`` joined as ``self.group``."""
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         if text_data is None:
@@ -41,6 +43,15 @@ class JsonFrameConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "error": reason})
         # A close frame carries at most 123 bytes of reason.
         await self.close(code=code, reason=reason.encode()[:123].decode(errors="ignore"))
+
+    async def receive_json(self, content, **kwargs):
+        if content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def disconnect(self, code):
+        """Leave the channel group ``connect`` joined (``self.group``), if it got that far."""
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
 
 
 class UnroutedConsumer(AsyncWebsocketConsumer):
@@ -63,14 +74,6 @@ class NotificationsConsumer(JsonFrameConsumer):
         self.group = user_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-
-    async def disconnect(self, code):
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def receive_json(self, content, **kwargs):
-        if content.get("type") == "ping":
-            await self.send_json({"type": "pong"})
 
     async def notify(self, event):
         await self.send_json(event["payload"])

@@ -228,12 +228,7 @@ class RunConsumer(JsonFrameConsumer):
     async def disconnect(self, code):
         if self.replay is not None:
             self.replay.cancel()  # the client is gone: nothing more is read or sent
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def receive_json(self, content, **kwargs):
-        if content.get("type") == "ping":
-            await self.send_json({"type": "pong"})
+        await super().disconnect(code)
 
     async def run_event(self, message):
         event = message["event"]
