@@ -18,6 +18,8 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from .problems import named_calls
+
 MAX_CODE_BYTES = 256 * 1024
 """Longer programs are not compiled (syntax_ok False): no model answer needs that much."""
 
@@ -189,16 +191,8 @@ def call_arities(problem) -> set[int]:
 
 @functools.lru_cache(maxsize=4096)
 def _call_arities(name: str, tests: tuple[str, ...], reference_solution: str | None) -> frozenset[int]:
-    found: set[int] = set()
-    for test in tests:
-        try:
-            tree = ast.parse(test)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name \
-                    and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args):
-                found.add(len(node.args))
+    found = {len(node.args) for node in named_calls(tests) if node.func.id == name and not node.keywords
+             and not any(isinstance(a, ast.Starred) for a in node.args)}
     if found or not reference_solution:
         return frozenset(found)
     ref, _ = parse(reference_solution)

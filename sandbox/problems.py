@@ -10,8 +10,10 @@ one) belong to `sandbox.formats`: `load_problems`, `load_problems_bytes`, `dump_
 
 from __future__ import annotations
 
+import ast
 import keyword
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -53,6 +55,19 @@ def type_name(value: Any) -> str:
     """A JSON-ish name for a value's type (`object`, `list`, `string`...), for error messages."""
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null",
             int: "integer", float: "number"}.get(type(value), type(value).__name__)
+
+
+def named_calls(tests: Iterable[str]) -> Iterator[ast.Call]:
+    """Each call of a plain name (``f(...)``, not ``obj.f(...)``) in the tests, test by test in ``ast.walk``
+    order; a test that does not parse is passed over."""
+    for test in tests:
+        try:
+            tree = ast.parse(test)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                yield node
 
 
 def validate_checker(checker: Any) -> str:

@@ -16,7 +16,7 @@ import ast
 import builtins
 
 from sandbox.formats._common import docstring_text, get_list, get_str, require, split_of, str_items
-from sandbox.problems import Problem, ProblemError, short
+from sandbox.problems import Problem, ProblemError, named_calls, short
 
 FORMAT = "mbpp"
 
@@ -63,15 +63,7 @@ def _defined(tree: ast.Module | None) -> dict[str, ast.stmt]:
 def find_entry_point(tests: list[str], code_tree: ast.Module | None) -> str | None:
     """The first name the tests call that the code defines (else that is not a builtin)."""
     defined = _defined(code_tree)
-    called: list[str] = []
-    for test in tests:
-        try:
-            tree = ast.parse(test)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                called.append(node.func.id)
+    called = [node.func.id for node in named_calls(tests)]
     for name in called:
         if name in defined:
             return name
