@@ -139,6 +139,14 @@ def _child(arm: str, cfg: dict, threads: int | None, curve: bool = False, label:
         cfg_path.unlink()
 
 
+def add_model_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options ``tiny_model`` reads (``--model``, ``--arch``, ``--problems``), for each script that trains it."""
+    ap.add_argument("--model", type=Path, default=None, help="warm-started tiny model (default: build one)")
+    ap.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3",
+                    help="architecture of the tiny model built when --model is not given")
+    ap.add_argument("--problems", type=Path, default=DEMO_PROBLEMS)
+
+
 def tiny_model(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[str, dict]:
     """``args.model``, or the warm-started tiny model of ``args.arch`` built under ``tmp`` on
     ``args.problems`` (``args.threads`` torch threads) -> (model directory, its build facts)."""
@@ -253,10 +261,7 @@ def engines_markdown(results: list[dict], cfg: dict, build: dict, load: tuple[fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, default=None, help="warm-started tiny model (default: build one)")
-    ap.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3",
-                    help="architecture of the tiny model built when --model is not given")
-    ap.add_argument("--problems", type=Path, default=DEMO_PROBLEMS)
+    add_model_arguments(ap)
     ap.add_argument("--steps", type=int, default=None, help="override train.steps")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config value, e.g. --set ppo.learning_rate=5e-4 (repeatable)")

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.learning_demo import (ARCH_NAMES, DEMO_PROBLEMS, _child, demo_config, tiny_model,  # noqa: E402
+from benchmarks.learning_demo import (ARCH_NAMES, _child, add_model_arguments, demo_config, tiny_model,  # noqa: E402
                                       warm_start)
 
 ARMS = {
@@ -282,10 +282,7 @@ def machine_name() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, default=None, help="warm-started tiny model (default: build one)")
-    ap.add_argument("--arch", choices=("qwen3", "qwen3_5"), default="qwen3",
-                    help="architecture of the tiny model built when --model is not given")
-    ap.add_argument("--problems", type=Path, default=DEMO_PROBLEMS)
+    add_model_arguments(ap)
     ap.add_argument("--steps", type=int, default=100, help="train.steps of every arm (default 100)")
     ap.add_argument("--eval-every", type=int, default=10, help="train.eval_every of every arm (default 10)")
     ap.add_argument("--probe-samples", type=int, default=8, help="samples per train problem in the probe (default 8)")
