@@ -215,3 +215,23 @@ def test_the_scan_finds_each_kind_of_write(source):
 ])
 def test_the_scan_leaves_other_code_alone(source):
     assert writes_outside_models(source, "sample.py") == []
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_the_state_columns_without_a_field_to_change_them(client, tmp_path, settings):
+    from webapp.runs.models import Run
+    from tests.factories import make_problem_set, make_user
+
+    settings.RUNS_DIR = str(tmp_path)
+    staff = make_user("keeper", is_staff=True, is_superuser=True)
+    ps = make_problem_set(staff)
+    run = Run.objects.create(owner=staff, name="r", problem_set=ps)
+    client.force_login(staff)
+    for url, editable, shown in ((f"/admin/problems/problemset/{ps.pk}/change/", "name", "validation_status"),
+                                 (f"/admin/runs/run/{run.pk}/change/", "notes", "status"),
+                                 (f"/admin/problems/problem/{ps.problems.first().pk}/change/", "tags", "excluded")):
+        page = client.get(url)
+        assert page.status_code == 200, url
+        html = page.content.decode()
+        assert f'name="{editable}"' in html, url
+        assert f'name="{shown}"' not in html and f"field-{shown}" in html, url
