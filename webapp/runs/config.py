@@ -10,6 +10,7 @@ they import nothing of the services, the supervisor or the problems app, which a
 from __future__ import annotations
 
 import copy
+import os
 import re
 
 from django.conf import settings
@@ -62,9 +63,27 @@ def validate_config(config: dict, user) -> dict:
         raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
                                             "your run as run:<id>/step-<n>; leave model.adapters out")
     check_sandbox_endpoints(full["sandbox"]["endpoints"])
+    check_tracking_server(full["tracking"]["mlflow"])
     resolve_model(full["model"]["name_or_path"], user)
     check_engine(full)
     return full
+
+
+MLFLOW_SERVERS_ENV = "CRUCIBLE_MLFLOW_SERVERS"
+
+
+def check_tracking_server(mlflow: dict | None) -> None:
+    """A web user may name only this server's MLflow tracking servers (CRUCIBLE_MLFLOW_SERVERS, comma-separated):
+    the worker sends its MLFLOW_TRACKING_TOKEN / password to the server of a run, and shows its errors on the
+    run page. A file store (inside the run's directory) is always allowed."""
+    uri = (mlflow or {}).get("tracking_uri")
+    if not uri or uri.startswith("file:"):
+        return
+    allowed = [u.strip().rstrip("/") for u in os.environ.get(MLFLOW_SERVERS_ENV, "").split(",") if u.strip()]
+    if uri.rstrip("/") not in allowed:
+        raise ConfigError("tracking.mlflow.tracking_uri", f"{uri} is not one of this server's MLflow tracking servers "
+                                                          f"({', '.join(allowed) or f'none: {MLFLOW_SERVERS_ENV} is unset'}); "
+                                                          "leave it empty for a file store in the run's directory")
 
 
 def check_sandbox_endpoints(endpoints: list) -> None:
