@@ -712,7 +712,8 @@ class TrackingConfig(_Section):
     tensorboard: bool = False
     """Write TensorBoard event files under RUN_DIR/tensorboard (step metrics, held-out results, the config)."""
     wandb: WandbConfig | None = None
-    """Log to Weights & Biases (metrics, config, held-out results, the final checkpoint as a model artifact); null = off."""
+    """Log to Weights & Biases (metrics, config, held-out results, the final checkpoint as a model artifact);
+    null = off."""
     mlflow: MlflowConfig | None = None
     """Log to MLflow (metrics, config as params, held-out results, the final checkpoint as artifacts); null = off."""
 

@@ -147,7 +147,7 @@ class Mlflow(Backend):
             # MLflow 3 refuses its file store unless asked: it is what a store inside the run's own directory is.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             uri = store.as_uri()
-        from mlflow.entities import Param, RunStatus  # noqa: F401  (RunStatus: checked importable before the run)
+        from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=uri)

@@ -81,7 +81,8 @@ def test_good_tracking_uris_are_taken():
 def test_a_run_without_trackers_imports_none_of_their_libraries(tmp_path):
     code = ("import sys; from training.config import config_from_dict; from training.tracking import make_tracker;"
             "assert make_tracker(config_from_dict({}), sys.argv[1], print) is None;"
-            "print(sorted(m for m in ('wandb', 'mlflow', 'tensorboard', 'torch.utils.tensorboard') if m in sys.modules))")
+            "print(sorted(m for m in ('wandb', 'mlflow', 'tensorboard', 'torch.utils.tensorboard')"
+            " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"

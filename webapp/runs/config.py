@@ -10,13 +10,13 @@ they import nothing of the services, the supervisor or the problems app, which a
 from __future__ import annotations
 
 import copy
-import os
 import re
 
 from django.conf import settings
 
 from sandbox.remote import ENDPOINTS_ENV, operator_endpoints
 from training.config import ConfigError, RunConfig, check_ceilings, config_from_dict, config_to_dict
+from webapp import env
 
 from .engines import check_engine
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
@@ -69,9 +69,6 @@ def validate_config(config: dict, user) -> dict:
     return full
 
 
-MLFLOW_SERVERS_ENV = "CRUCIBLE_MLFLOW_SERVERS"
-
-
 def check_tracking_server(mlflow: dict | None) -> None:
     """A web user may name only this server's MLflow tracking servers (CRUCIBLE_MLFLOW_SERVERS, comma-separated):
     the worker sends its MLFLOW_TRACKING_TOKEN / password to the server of a run, and shows its errors on the
@@ -79,11 +76,12 @@ def check_tracking_server(mlflow: dict | None) -> None:
     uri = (mlflow or {}).get("tracking_uri")
     if not uri or uri.startswith("file:"):
         return
-    allowed = [u.strip().rstrip("/") for u in os.environ.get(MLFLOW_SERVERS_ENV, "").split(",") if u.strip()]
+    allowed = [u.rstrip("/") for u in env.read("CRUCIBLE_MLFLOW_SERVERS")]
     if uri.rstrip("/") not in allowed:
+        listed = ", ".join(allowed) or "none: CRUCIBLE_MLFLOW_SERVERS is unset"
         raise ConfigError("tracking.mlflow.tracking_uri", f"{uri} is not one of this server's MLflow tracking servers "
-                                                          f"({', '.join(allowed) or f'none: {MLFLOW_SERVERS_ENV} is unset'}); "
-                                                          "leave it empty for a file store in the run's directory")
+                                                          f"({listed}); leave it empty for a file store in the run's "
+                                                          "directory")
 
 
 def check_sandbox_endpoints(endpoints: list) -> None:

@@ -7,18 +7,13 @@ opens them.
 """
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass, field
 
 from training.tracking import TRACKERS_FILE, read_trackers
+from webapp import env
 
 from .models import Run, RunEvent
-
-TENSORBOARD_URL_ENV = "CRUCIBLE_TENSORBOARD_URL"
-DEFAULT_TENSORBOARD_URL = "http://127.0.0.1:6006"
-"""Where `make tensorboard` serves every run's TensorBoard files (DATA_DIR/runs)."""
-
 
 @dataclass
 class TrackerRow:
@@ -64,8 +59,9 @@ def _tensorboard(run: Run, saved: dict | None) -> TrackerRow:
     if not isinstance(saved, dict):
         return _pending("TensorBoard")
     path = run.path / str(saved.get("dir", "tensorboard"))
-    url = os.environ.get(TENSORBOARD_URL_ENV) or DEFAULT_TENSORBOARD_URL
-    return TrackerRow("TensorBoard", where=str(path), url=_http(url), command=f"tensorboard --logdir {shlex.quote(str(path))}",
+    url = env.read("CRUCIBLE_TENSORBOARD_URL")  # where `make tensorboard` serves every run's files
+    return TrackerRow("TensorBoard", where=str(path), url=_http(url),
+                      command=f"tensorboard --logdir {shlex.quote(str(path))}",
                       note=f"`make tensorboard` serves every run there; this one is {run.path.name}/{path.name}")
 
 
@@ -87,8 +83,8 @@ def _mlflow(run: Run, config: dict, saved: dict | None) -> TrackerRow:
     ids = f"experiment {saved.get('experiment')} ({saved.get('experiment_id')}), run {saved.get('run_id')}"
     if saved.get("store"):
         store = run.path / str(saved["store"])
-        return TrackerRow("MLflow", where=str(store), note=ids,
-                          command=f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {shlex.quote(store.as_uri())}")
+        command = f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {shlex.quote(store.as_uri())}"
+        return TrackerRow("MLflow", where=str(store), note=ids, command=command)
     return TrackerRow("MLflow", where=str(saved.get("url") or config.get("tracking_uri")), url=_http(saved.get("url")),
                       note=ids)
 

@@ -58,7 +58,8 @@ def test_only_this_servers_mlflow_servers_may_be_named(client_alice, problem_set
                                      "tracking.mlflow.tracking_uri": "https://collector.example"})
     monkeypatch.delenv("CRUCIBLE_MLFLOW_SERVERS", raising=False)
     r = client_alice.post("/runs/new", data)
-    assert "not one of this server's MLflow tracking servers" in r.context["form"]["tracking.mlflow.tracking_uri"].errors[0]
+    errors = r.context["form"]["tracking.mlflow.tracking_uri"].errors
+    assert "not one of this server's MLflow tracking servers" in errors[0]
     monkeypatch.setenv("CRUCIBLE_MLFLOW_SERVERS", "https://mlflow.internal:5000")
     assert "https://mlflow.internal:5000" in client_alice.post("/runs/new", data).context["form"][
         "tracking.mlflow.tracking_uri"].errors[0]
