@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -118,7 +119,8 @@ class Wandb(Backend):
         self.run.log(values, step=step)
 
     def artifact(self, checkpoint: Checkpoint, files: list[Path]) -> None:
-        art = self.wandb.Artifact(name=f"{self.run_dir.name}-{checkpoint.kind}", type="model",
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{self.run_dir.name}-{checkpoint.kind}")  # W&B's artifact names
+        art = self.wandb.Artifact(name=name, type="model",
                                   metadata={"step": checkpoint.step, "kind": checkpoint.kind, "path": checkpoint.path})
         for path in files:  # immutable: the run directory keeps them, so no staging copy (`wandb sync` reads them)
             art.add_file(str(path), name=path.name, policy="immutable")

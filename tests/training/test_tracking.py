@@ -221,7 +221,7 @@ def test_resuming_continues_the_same_tracker_runs(tmp_path, no_network_trackers)
     from training.events import EventWriter, done_event, start_event, step_event
     from training.tracking import Tracker
 
-    cfg = config_from_dict({"tracking": {"mlflow": {}}})
+    cfg = config_from_dict({"tracking": {"mlflow": {}, "wandb": {}}})
     for resumed_from, step in ((None, 1), (1, 2)):
         with EventWriter(tmp_path / "events.jsonl") as events:
             tracker = Tracker(cfg, tmp_path, events.write)
@@ -237,3 +237,5 @@ def test_resuming_continues_the_same_tracker_runs(tmp_path, no_network_trackers)
     assert sorted(m.step for m in client.get_metric_history(run_id, "reward/mean")) == [1, 2]
     assert client.get_run(run_id).info.status == "FINISHED"
     assert len(client.search_runs([client.get_run(run_id).info.experiment_id])) == 1
+    wandb_id = read_trackers(tmp_path)["wandb"]["run_id"]
+    assert sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "wandb").glob("offline-run-*")) == [wandb_id] * 2
