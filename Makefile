@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast install system-deps vllm-env gpu-env bench clean
+.PHONY: run test test-fast install system-deps vllm-env gpu-env bench clean tensorboard
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ gpu-env: install
 # `make run VERBOSE=1`: every service's log lines in the terminal too (they are always in DATA_DIR/logs/).
 run: install system-deps
 	CRUCIBLE_VERBOSE=$(VERBOSE) $(PY) -m webapp.launcher
+
+# TensorBoard over every run's RUN_DIR/tensorboard (runs with tracking.tensorboard: true), on 127.0.0.1 only (it has
+# no login): `make -j2 run tensorboard` starts it beside the app, `make tensorboard` on its own in another terminal.
+TENSORBOARD_PORT ?= 6006
+tensorboard: install
+	$(PY) -m tensorboard.main --logdir "$${CRUCIBLE_DATA_DIR:-var}/runs" --host 127.0.0.1 --port $(TENSORBOARD_PORT)
 
 test: install system-deps vllm-env
 	$(PY) -m pytest $(PYTEST_ARGS)

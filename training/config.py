@@ -24,6 +24,7 @@ import difflib
 import functools
 import inspect
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -615,6 +616,112 @@ class FeedbackConfig(_Section):
     """Repeat the failing code in the feedback message (it is already in the conversation as the model's reply)."""
 
 
+TRACKER_NAME_MAX = 128
+"""Longest W&B project/entity or MLflow experiment name a run config may give."""
+WANDB_MODES = ("offline", "online")
+_TRACKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\- /]*")
+_RELATIVE_STORE = re.compile(r"[A-Za-z0-9_.\-/]+")
+
+
+def _check_tracker_name(value: str | None, name: str, pattern: re.Pattern, allowed: str) -> None:
+    if value is not None and not pattern.fullmatch(value):
+        raise ConfigError(name, f"must start with a letter or digit and hold only {allowed}; got {value[:80]!r}")
+
+
+@dataclass(frozen=True)
+class WandbConfig(_Section):
+    """Weights & Biases: where the run is logged (the API key only from the worker's WANDB_API_KEY, never here)."""
+
+    project: str = _field("crucible", max_length=TRACKER_NAME_MAX)
+    """W&B project the run is logged to (letters, digits, _ . -)."""
+    entity: str | None = _field(None, max_length=TRACKER_NAME_MAX)
+    """W&B team or user that owns the project; null = the API key's default entity."""
+    mode: str = _field("offline", choices=WANDB_MODES)
+    """offline: files under RUN_DIR/wandb only, no network (upload later with `wandb sync RUN_DIR/wandb/offline-run-*`);
+    online: streamed to the W&B server of the worker's environment (WANDB_API_KEY, WANDB_BASE_URL)."""
+
+    def _check(self) -> None:
+        _check_tracker_name(self.project, "project", _TRACKER_NAME, "letters, digits, _ . -")
+        _check_tracker_name(self.entity, "entity", _TRACKER_NAME, "letters, digits, _ . -")
+
+
+@dataclass(frozen=True)
+class MlflowConfig(_Section):
+    """MLflow: a file store inside the run's directory or a tracking server (credentials only from the worker's
+    MLFLOW_TRACKING_TOKEN / _USERNAME / _PASSWORD, never here)."""
+
+    tracking_uri: str | None = _field(None, max_length=2048)
+    """null = a file store at RUN_DIR/mlruns; file:PATH = a file store at PATH relative to the run's directory
+    (no absolute path, no ..); http(s)://host[:port][/path] = a tracking server (no user:password@ in the URL)."""
+    experiment: str = _field("crucible", max_length=TRACKER_NAME_MAX)
+    """MLflow experiment the run is logged under (made when missing; letters, digits, space, _ . - /)."""
+
+    def _check(self) -> None:
+        _check_tracker_name(self.experiment, "experiment", _EXPERIMENT_NAME, "letters, digits, spaces, _ . - /")
+        if self.tracking_uri is not None:
+            try:
+                check_tracking_uri(self.tracking_uri)
+            except ValueError as e:
+                raise ConfigError("tracking_uri", str(e)) from None
+
+
+def check_tracking_uri(uri: str) -> str:
+    """``uri`` if a run config may name it as ``tracking.mlflow.tracking_uri``, else ValueError saying why.
+
+    A file store may only be a relative path under the run's directory: a tenant's run config must not make
+    the worker write anywhere else on the server (``file:/etc/...``, ``file:../../other-run``); servers are
+    http(s) URLs without credentials in them (those come from the worker's environment)."""
+    import urllib.parse
+
+    if not uri.strip() or uri != uri.strip() or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in uri):
+        raise ValueError(f"must be file:RELATIVE/PATH or an http(s) URL, with no spaces or control characters; "
+                         f"got {uri[:80]!r}")
+    if uri.startswith("file:"):
+        path = uri[len("file:"):]
+        if not _RELATIVE_STORE.fullmatch(path) or path.startswith("/"):
+            raise ValueError(f"a file store must be a relative path inside the run's directory, of letters, digits, "
+                             f"_ . - /, such as file:mlruns (null = file:mlruns); got {uri[:80]!r}")
+        parts = Path(path).parts
+        if not parts:
+            raise ValueError(f"a file store must be a directory inside the run's directory (not the run's directory "
+                             f"itself) such as file:mlruns; got {uri[:80]!r}")
+        if any(part == ".." for part in parts):
+            raise ValueError(f"a file store must stay inside the run's directory: no '..' in {uri[:80]!r}")
+        return uri
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"must be null, file:RELATIVE/PATH (inside the run's directory) or an http(s) URL of an "
+                         f"MLflow tracking server such as http://mlflow.internal:5000; got {uri[:80]!r}")
+    if parsed.username is not None or parsed.password is not None:
+        raise ValueError("must not carry credentials (user:password@): the worker's MLFLOW_TRACKING_USERNAME / "
+                         "MLFLOW_TRACKING_PASSWORD / MLFLOW_TRACKING_TOKEN give them")
+    if parsed.query or parsed.fragment:
+        raise ValueError(f"must be a server's base URL, without ?query or #fragment; got {uri[:80]!r}")
+    try:
+        parsed.port
+    except ValueError:
+        raise ValueError(f"has a bad port: {uri[:80]!r}") from None
+    return uri
+
+
+@dataclass(frozen=True)
+class TrackingConfig(_Section):
+    """Experiment trackers the run also logs to (its own events and pages are always written)."""
+
+    tensorboard: bool = False
+    """Write TensorBoard event files under RUN_DIR/tensorboard (step metrics, held-out results, the config)."""
+    wandb: WandbConfig | None = None
+    """Log to Weights & Biases (metrics, config, held-out results, the final checkpoint as a model artifact);
+    null = off."""
+    mlflow: MlflowConfig | None = None
+    """Log to MLflow (metrics, config as params, held-out results, the final checkpoint as artifacts); null = off."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.tensorboard or self.wandb is not None or self.mlflow is not None
+
+
 @dataclass(frozen=True)
 class RunConfig(_Section):
     """A whole training run."""
@@ -641,6 +748,8 @@ class RunConfig(_Section):
     """The vLLM server, when sampling.engine is vllm."""
     feedback: FeedbackConfig = _field(factory=FeedbackConfig)
     """What the model is told after a failing turn, when sampling.turns > 1."""
+    tracking: TrackingConfig = _field(factory=TrackingConfig)
+    """Experiment trackers (TensorBoard, W&B, MLflow) the run also logs to; all off by default."""
 
     def _check(self) -> None:
         if (self.reward.normalize == "per_component" and self.sampling.turns > 1
@@ -664,7 +773,8 @@ class RunConfig(_Section):
 
 
 SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConfig, RewardConfig, PPOConfig,
-            ScheduleConfig, TrainConfig, SandboxConfig, VLLMConfig, DifficultyConfig, FeedbackConfig, RunConfig)
+            ScheduleConfig, TrainConfig, SandboxConfig, VLLMConfig, DifficultyConfig, FeedbackConfig, WandbConfig,
+            MlflowConfig, TrackingConfig, RunConfig)
 
 
 # --------------------------------------------------------------------------------------------------

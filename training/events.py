@@ -5,8 +5,8 @@ file while the run is alive. Every event has ``event`` (its kind) and ``time`` (
 
 Each kind is defined once, here, as a frozen dataclass whose fields are the event's (the wire name
 where it is not an identifier: ``pass@1``): ``Start``, ``Step``, ``Problem``, ``Eval``,
-``Checkpoint``, ``Done``. A field without a default is required; an optional one left ``None`` is not
-written. The trainer builds events with the constructors (``start_event``, ``step_event``, ...,
+``Checkpoint``, ``Done``, ``RunWarning`` (``warning``). A field without a default is required; an optional
+one left ``None`` is not written. The trainer builds events with the constructors (``start_event``, ``step_event``, ...,
 which check what the trainer must write, e.g. that every metric key is in ``training/metrics.py``) and
 writes them with ``EventWriter.write``; readers turn a line back into its dataclass with
 ``parse_event`` (what the web app's ingest does), which accepts every event a stored run holds:
@@ -28,7 +28,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
@@ -36,7 +36,7 @@ from typing import Any, ClassVar, TextIO
 from training import metrics as metric_registry
 from training.metrics import ZERO_VARIANCE_ATOL
 
-EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done")
+EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done", "warning")
 DONE_STATUSES = ("succeeded", "failed", "cancelled")
 CHECKPOINT_KINDS = ("adapter", "merged", "full")
 SET_ASIDE_REASONS = ("zero_variance", "surplus")
@@ -219,7 +219,19 @@ class Done(Event):
     error: str | None = field(default=None, metadata={"type": "str", "always": True})
 
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (Start, Step, Problem, Eval, Checkpoint, Done)}
+@dataclass(frozen=True, kw_only=True)
+class RunWarning(Event):
+    """Something went wrong that does not stop the run (an experiment tracker failed and was dropped)."""
+
+    KIND: ClassVar[str] = "warning"
+    source: str = field(metadata={"type": "str"})
+    """What it concerns, as a dotted config name where there is one (``tracking.wandb``)."""
+    message: str = field(metadata={"type": "str"})
+    step: int | None = field(default=None, metadata={"type": "int"})
+
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (Start, Step, Problem, Eval, Checkpoint, Done,
+                                                                  RunWarning)}
 assert tuple(EVENT_TYPES) == EVENT_KINDS
 
 
@@ -278,6 +290,10 @@ def checkpoint_event(step: int, path: str, kind: str) -> Checkpoint:
     return Checkpoint(step=step, path=path, kind=kind)
 
 
+def warning_event(source: str, message: str, step: int | None = None) -> RunWarning:
+    return RunWarning(source=source, message=message, step=step)
+
+
 def done_event(status: str, error: str | None = None) -> Done:
     if status not in DONE_STATUSES:
         raise ValueError(f"unknown done status {status!r}; valid: {', '.join(DONE_STATUSES)}")
@@ -294,6 +310,8 @@ class EventWriter:
         self.path = Path(path)
         self.enabled = enabled
         self._file: TextIO | None = None
+        self.observers: list[Callable[[Event, dict], Any]] = []
+        """Called with each event written and its line (``training.tracking.Tracker.observe``); they must not raise."""
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")
@@ -306,6 +324,8 @@ class EventWriter:
             self._file.flush()
             if isinstance(event, Done):
                 os.fsync(self._file.fileno())  # the last word of a run must survive a crash of the host
+        for observe in self.observers:
+            observe(event, record)
         return record
 
     def emit(self, event: str, **fields: Any) -> dict:

@@ -68,6 +68,7 @@ from training.rollout import start_rollout, step_seed
 from training.rollout_sources import EngineSync, RolloutSource, StepRollout, make_rollout_source
 from training.runtime import describe as describe_runtime
 from training.static_decoding import describe as describe_sampling
+from training.tracking import make_tracker
 from training.turns import turn_metrics
 
 if TYPE_CHECKING:
@@ -112,6 +113,10 @@ def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_
     out_dir.mkdir(parents=True, exist_ok=True)
     accelerator = _make_accelerator()
     events = EventWriter(out_dir / "events.jsonl", enabled=accelerator.is_main_process)
+    # experiment trackers (training/tracking.py) log what the run writes; on the main process only
+    tracker = make_tracker(config, out_dir, events.write) if accelerator.is_main_process else None
+    if tracker is not None:
+        events.observers.append(tracker.observe)
     stop = StopSignal(Path(stop_file) if stop_file else out_dir / "STOP")
     stop.install()
     trainer = None
@@ -127,6 +132,8 @@ def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_
     finally:
         if trainer is not None:
             trainer.close()
+        if tracker is not None:
+            tracker.close()
         stop.uninstall()
         events.close()
 

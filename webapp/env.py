@@ -144,6 +144,13 @@ VARIABLES: dict[str, Variable] = {
         "comma-separated `serve` replica URLs for this worker: runs whose `sandbox.endpoints` is empty, "
         "validation, eval and probe use them, and a run may name no other (unset: the local pool unless "
         "a run names endpoints)"),
+    "CRUCIBLE_MLFLOW_SERVERS": Variable(
+        "comma-separated MLflow tracking servers a web user may name as `tracking.mlflow.tracking_uri` (the worker "
+        "sends its `MLFLOW_TRACKING_*` credentials there; unset: web runs log to MLflow only in a file store in "
+        "their own directory)", []),
+    "CRUCIBLE_TENSORBOARD_URL": Variable(
+        "where the run page links a run's TensorBoard files (`make tensorboard` serves every run there)",
+        "http://127.0.0.1:6006"),
     "CRUCIBLE_SANDBOX_BACKEND": Variable(
         "sandbox backend of problem-set validation when it runs on a local pool", "process"),
     "CRUCIBLE_ENV_DIR": Variable(

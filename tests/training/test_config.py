@@ -4,6 +4,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import typing
 
 import pytest
 import yaml
@@ -241,9 +242,10 @@ def test_the_schema_contains_every_field_with_type_default_and_description():
             assert "default" in prop and ("type" in prop or "anyOf" in prop)
             sub = prop if prop.get("type") == "object" else next(
                 (b for b in prop.get("anyOf", []) if b.get("type") == "object"), None)
-            if sub is not None:
-                walk(type(f.default_factory()) if f.default_factory is not dataclasses.MISSING else None,
-                     sub, f"{path}.{f.name}")
+            if sub is not None:  # the section's class from the field's type (a nullable one may default to null)
+                tp = typing.get_type_hints(cls)[f.name]
+                walk(next(a for a in typing.get_args(tp) or (tp,) if dataclasses.is_dataclass(a)), sub,
+                     f"{path}.{f.name}")
 
     walk(RunConfig, schema, "")
     ppo = schema["properties"]["ppo"]["properties"]

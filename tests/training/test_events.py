@@ -5,7 +5,7 @@ import pytest
 
 from training.events import (EVENT_KINDS, Checkpoint, Done, Eval, EventError, EventWriter, Problem, Start, Step,
                              checkpoint_event, done_event, eval_event, parse_event, problem_event, read_events,
-                             start_event, step_event)
+                             start_event, step_event, warning_event)
 from training.metrics import ZERO_VARIANCE_ATOL
 
 
@@ -84,7 +84,8 @@ def test_every_kind_the_trainer_writes_parses_back_to_the_event_it_was(tmp_path)
             problem_event(3, "two-sum", 0.5, [{"code": "x", "reward": 0.4, "result": {"status": "failed"}}],
                           zero_variance=True, solve_rate_turn1=0.25, used=False, set_aside="zero_variance", round=2),
             eval_event(3, "heldout", 0.31, {"4": 0.48}, pass_at_1_turn1=0.2, per_problem={"a": {"n": 4, "c": 1}}),
-            checkpoint_event(3, "checkpoints/step-3", "adapter"), done_event("succeeded")]
+            checkpoint_event(3, "checkpoints/step-3", "adapter"), done_event("succeeded"),
+            warning_event("tracking.wandb", "W&B logging failed", step=3)]
     lines = _written(tmp_path, *made)
     assert [line["event"] for line in lines] == list(EVENT_KINDS)
     for line, event in zip(lines, made):
@@ -162,3 +163,12 @@ def test_events_written_before_the_definitions_still_parse():
     kinds = [type(parse_event(line)) for line in lines]
     assert kinds == [Start, Step, Problem, Eval, Checkpoint, Done]
     assert parse_event(lines[2]).summarized is True and parse_event(lines[3]).pass_at_1 == 0.0
+
+
+def test_the_writer_hands_each_event_and_its_line_to_its_observers(tmp_path):
+    seen = []
+    with EventWriter(tmp_path / "e.jsonl") as writer:
+        writer.observers.append(lambda event, line: seen.append((type(event).__name__, line["event"])))
+        writer.write(step_event(1, {"reward/mean": 0.5}))
+        writer.write(warning_event("tracking.mlflow", "MLflow logging failed"))
+    assert seen == [("Step", "step"), ("RunWarning", "warning")]

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from sandbox.remote import ENDPOINTS_ENV, operator_endpoints
 from training.config import ConfigError, RunConfig, check_ceilings, config_from_dict, config_to_dict
+from webapp import env
 
 from .engines import check_engine
 from .model_refs import WEB_DEFAULT_MODEL, resolve_model
@@ -62,9 +63,25 @@ def validate_config(config: dict, user) -> dict:
         raise ConfigError("model.adapters", "is set from model.name_or_path: name an adapter checkpoint of "
                                             "your run as run:<id>/step-<n>; leave model.adapters out")
     check_sandbox_endpoints(full["sandbox"]["endpoints"])
+    check_tracking_server(full["tracking"]["mlflow"])
     resolve_model(full["model"]["name_or_path"], user)
     check_engine(full)
     return full
+
+
+def check_tracking_server(mlflow: dict | None) -> None:
+    """A web user may name only this server's MLflow tracking servers (CRUCIBLE_MLFLOW_SERVERS, comma-separated):
+    the worker sends its MLFLOW_TRACKING_TOKEN / password to the server of a run, and shows its errors on the
+    run page. A file store (inside the run's directory) is always allowed."""
+    uri = (mlflow or {}).get("tracking_uri")
+    if not uri or uri.startswith("file:"):
+        return
+    allowed = [u.rstrip("/") for u in env.read("CRUCIBLE_MLFLOW_SERVERS")]
+    if uri.rstrip("/") not in allowed:
+        listed = ", ".join(allowed) or "none: CRUCIBLE_MLFLOW_SERVERS is unset"
+        raise ConfigError("tracking.mlflow.tracking_uri", f"{uri} is not one of this server's MLflow tracking servers "
+                                                          f"({listed}); leave it empty for a file store in the run's "
+                                                          "directory")
 
 
 def check_sandbox_endpoints(endpoints: list) -> None:

@@ -21,12 +21,14 @@ from .config import validate_config
 from .engines import engine_offers
 from .model_refs import WEB_DEFAULT_MODEL
 
+TRACKING_GROUP = "Experiment trackers (TensorBoard, W&B, MLflow)"
 GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Model", "model"), ("LoRA", "model.lora"), ("Sampling", "sampling"), ("Reward weights", "reward.weights"),
     ("Reward", "reward"), ("Truncated replies (reward.overlong)", "reward.overlong"), ("PPO", "ppo"), ("Schedule", "schedule"), ("Train", "train"), ("Sandbox", "sandbox"),
     ("vLLM server (when sampling.engine is vllm)", "vllm"),
     ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
     ("Repair feedback (what the model is told after a failing turn, sampling.turns > 1)", "feedback"),
+    (TRACKING_GROUP, "tracking"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 # From the problem set; from model.name_or_path (run:<id>/step-<n>); the set's latest finished probe.
@@ -182,7 +184,10 @@ def config_fields(schema: dict | None = None, prefix: str = "") -> list[tuple[st
                                         help_text=s.get("description", ""))
             switch.is_section = True
             out.append((name, switch, s.get("default") is not None))
-            out += config_fields(obj, name + ".")
+            inner = config_fields(obj, name + ".")
+            for _, field, _ in inner:  # a switched-off section's fields may be empty; the config checks them when on
+                field.required = False
+            out += inner
             continue
         out.append((name, _leaf_field(s, s.get("title", key)), s.get("default")))
     return out
@@ -209,6 +214,7 @@ def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
 
 
 class RunForm(forms.Form):
+    tracking_group = TRACKING_GROUP
     name = forms.CharField(max_length=200, help_text="A name to find the run by.")
     problem_set = forms.ModelChoiceField(queryset=None, help_text="Problems to train on (train split) and "
                                                                   "evaluate on (heldout split).")
