@@ -14,24 +14,27 @@ Usage::
 
 Bad input raises ``ConfigError`` whose ``field`` is the dotted path (``ppo.clip_range``) and whose
 message says how to fix it.
+
+This module is *what* a run config is: sections, fields, bounds, cross-field rules. *How* a section is
+declared, coerced from YAML/JSON and turned into a JSON Schema is ``training/config_schema.py``
+(``setting``, ``Section``, ``from_dict``, ``section_schema``), which knows nothing of runs.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import difflib
-import functools
-import inspect
 import math
 import re
-import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
 
 from sandbox.flags import VOCABULARY as FLAG_VOCABULARY
+from training.config_schema import (ConfigError, Section, from_dict, module_field_docs, section_schema, setting,
+                                    to_dict)
+# The readers of config text, re-exported: callers import them from here with the rest of the config.
+from training.config_schema import LostNumber, json_number, lost_number_message, yaml_load  # noqa: F401
+from training.config_schema import leaf_fields as _leaf_fields
 
 # The names of the registries in training/advantages.py (ADVANTAGES) and training/losses.py
 # (KL_ESTIMATORS), repeated here so that validating a config imports no torch; a test holds them equal.
@@ -72,181 +75,22 @@ MAX_WEIGHT = 1000.0
 DEFAULT_COMPLETION_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 
 
-class ConfigError(ValueError):
-    """A bad config value. ``field`` is the dotted path, e.g. ``ppo.clip_range``."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}" if field else message)
-
-    def prefixed(self, prefix: str) -> "ConfigError":
-        return ConfigError(f"{prefix}.{self.field}" if self.field else prefix, self.message)
-
-
-class LostNumber(str):
-    """A number literal no float holds as written: ``1e-400`` or a 401-digit fraction (read as 0.0), ``1e400``
-    (read as inf). The readers of config text (``yaml_load``, ``json_number``) keep such a literal as this
-    string, so that validation refuses it naming the field instead of taking a 0 nobody wrote."""
-
-
-def json_number(text: str) -> float | LostNumber:
-    """``float(text)`` for a number literal, or ``LostNumber(text)`` when the float would not be the number
-    written (``json.loads(..., parse_float=json_number)``)."""
-    value = float(text)
-    if value == 0.0 and any(c in "123456789" for c in text.lower().partition("e")[0]):
-        return LostNumber(text)
-    if math.isinf(value) and not any(word in text.lower() for word in ("inf", "infinity")):
-        return LostNumber(text)
-    return value
-
-
-def yaml_load(text: str) -> Any:
-    """``yaml.safe_load(text)``, keeping a float literal no float holds (``1.0e-400``) as a ``LostNumber``."""
-    import yaml
-
-    return yaml.load(text, Loader=_yaml_loader())
-
-
-@functools.cache
-def _yaml_loader() -> type:
-    import yaml
-
-    def construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float | LostNumber:
-        value = loader.construct_yaml_float(node)
-        if value == 0.0 or math.isinf(value):
-            try:
-                return json_number(node.value.replace("_", ""))
-            except ValueError:  # .inf, a sexagesimal 1:30.0: YAML's own spellings, read as YAML does
-                pass
-        return value
-
-    class ConfigLoader(yaml.SafeLoader):
-        pass
-
-    ConfigLoader.add_constructor("tag:yaml.org,2002:float", construct_float)
-    return ConfigLoader
-
-
-def lost_number_message(text: str) -> str:
-    value = float(text)
-    shown = text if len(text) <= 40 else f"{text[:20]}...{text[-12:]} ({len(text)} characters)"
-    if value == 0.0:
-        return (f"{shown} is too small for a float and would be read as 0 (the smallest positive one is about "
-                f"5e-324); write 0 if you mean 0")
-    return f"{shown} is too large for a float (the largest is about 1.8e308)"
-
-
-def _field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, ge=None, gt=None,
-           le=None, lt=None, choices=None, recommended=None, below=None, max_length=None, max_items=None) -> Any:
-    """A dataclass field whose bounds/choices drive both validation and the JSON schema.
-
-    ``below`` says why a value under the lower bound cannot work; the error for such a value ends with it.
-    ``max_length`` bounds a string (each string of a list); ``max_items`` the entries of a list.
-    """
-    meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, lt=lt, choices=choices, recommended=recommended,
-                                   below=below, max_length=max_length, max_items=max_items).items() if v is not None}
-    if factory is not dataclasses.MISSING:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-class _Section:
-    """Base for config sections: generic checks from field metadata, then ``_check()``."""
-
-    def __post_init__(self) -> None:
-        hints = _hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            # Friendly coercions for values built in Python (lists -> tuples keeps the object hashable).
-            if isinstance(value, list):
-                object.__setattr__(self, f.name, tuple(value))
-                value = getattr(self, f.name)
-            _check_type(value, hints[f.name], f.name)
-            _check_bounds(value, f)
-        self._check()
-
-    def _check(self) -> None:  # cross-field rules of one section
-        pass
-
-
-def _check_bounds(value: Any, f: dataclasses.Field) -> None:
-    if value is None or isinstance(value, bool):
-        return
-    m = f.metadata
-    _check_lengths(value, f.name, m)
-    # A list field with choices (reward.penalize_flags) checks each of its items.
-    for item in (value if isinstance(value, tuple) and "choices" in m else (value,)):
-        if "choices" in m and item not in m["choices"]:
-            close = difflib.get_close_matches(str(item), m["choices"], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f.name, f"must be one of {', '.join(m['choices'])}; got {item!r}{hint}")
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f.name, f"must be a finite number, got {value!r}")
-        ok = ((m.get("ge") is None or value >= m["ge"]) and (m.get("gt") is None or value > m["gt"])
-              and (m.get("le") is None or value <= m["le"]) and (m.get("lt") is None or value < m["lt"]))
-        if not ok:
-            raise ConfigError(f.name, f"must be {_range_text(m)}; got {value!r}" + _below_text(m, value)
-                              + _recommend_text(m))
-
-
-def _check_lengths(value: Any, name: str, m: typing.Mapping) -> None:
-    """``max_items`` of a list, ``max_length`` of a string or of each string of a list."""
-    if isinstance(value, tuple) and "max_items" in m and len(value) > m["max_items"]:
-        raise ConfigError(name, f"must have at most {m['max_items']} entries; got {len(value)}")
-    for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
-        if isinstance(item, str) and "max_length" in m and len(item) > m["max_length"]:
-            where = f" (entry {i})" if isinstance(value, tuple) else ""
-            raise ConfigError(name, f"must be at most {m['max_length']} characters long{where}; "
-                                    f"got {len(item)}: {item[:40]!r}...")
-
-
-def _check_text(value: str, path: str) -> str:
-    """``value`` when it is text UTF-8 can carry; a lone surrogate (``"\\ud800"``, valid JSON) is refused
-    here rather than failing later where the config is written or stored."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ConfigError(path, f"must be valid Unicode text; got a lone surrogate {value[e.start]!r} at "
-                                f"character {e.start} of {value[:40]!r}") from None
-    return value
-
-
-def _range_text(m: dict) -> str:
-    lo = f"{'>=' if 'ge' in m else '>'} {m.get('ge', m.get('gt'))}" if ("ge" in m or "gt" in m) else ""
-    hi = f"{'<=' if 'le' in m else '<'} {m.get('le', m.get('lt'))}" if ("le" in m or "lt" in m) else ""
-    return " and ".join(x for x in (lo, hi) if x)
-
-
-def _recommend_text(m: dict) -> str:
-    if "recommended" in m:
-        lo, hi = m["recommended"]
-        return f" (recommended range {lo}-{hi})"
-    return ""
-
-
-def _below_text(m: dict, value: float) -> str:
-    low = ("ge" in m and value < m["ge"]) or ("gt" in m and value <= m["gt"])
-    return f": {m['below']}" if low and "below" in m else ""
-
-
 # --------------------------------------------------------------------------------------------------
 # Sections
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class LoraConfig(_Section):
+class LoraConfig(Section):
     """LoRA adapter settings (PEFT)."""
 
-    r: int = _field(8, ge=1, le=1024)
+    r: int = setting(8, ge=1, le=1024)
     """LoRA rank (adapter width); 8-64 is typical."""
-    alpha: float = _field(16.0, gt=0)
+    alpha: float = setting(16.0, gt=0)
     """LoRA scaling numerator: the update is scaled by alpha / r."""
-    dropout: float = _field(0.0, ge=0.0, lt=1.0)
+    dropout: float = setting(0.0, ge=0.0, lt=1.0)
     """Dropout on the LoRA branch during training (0 keeps rollouts and updates consistent)."""
-    target_modules: str | tuple[str, ...] = _field("all-linear", max_items=256, max_length=256)
+    target_modules: str | tuple[str, ...] = setting("all-linear", max_items=256, max_length=256)
     """Modules that get adapters: "all-linear" or a list of module names such as [q_proj, v_proj]."""
 
     def _check(self) -> None:
@@ -257,18 +101,18 @@ class LoraConfig(_Section):
 
 
 @dataclass(frozen=True)
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """The policy model: where it comes from and how it is trained."""
 
-    name_or_path: str = _field("var/models/tiny", max_length=MAX_PATH)
+    name_or_path: str = setting("var/models/tiny", max_length=MAX_PATH)
     """Hugging Face hub id or local directory of the base causal LM (and its tokenizer)."""
-    dtype: str = _field("float32", choices=DTYPES)
+    dtype: str = setting("float32", choices=DTYPES)
     """Weights dtype: float32 on CPU, bfloat16 on GPU; auto uses the checkpoint's own dtype."""
-    lora: LoraConfig | None = _field(factory=LoraConfig)
+    lora: LoraConfig | None = setting(factory=LoraConfig)
     """LoRA adapter settings; null trains every weight (full fine-tune)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory (slower)."""
-    adapters: tuple[str, ...] = _field((), max_items=64, max_length=MAX_PATH)
+    adapters: tuple[str, ...] = setting((), max_items=64, max_length=MAX_PATH)
     """PEFT adapter directories merged into the base, in order, before training (continuing a LoRA run)."""
 
     def _check(self) -> None:
@@ -279,26 +123,26 @@ class ModelConfig(_Section):
 
 
 @dataclass(frozen=True)
-class SamplingConfig(_Section):
+class SamplingConfig(Section):
     """How candidates are sampled from the policy."""
 
-    problems_per_step: int = _field(16, ge=1, le=4096)
+    problems_per_step: int = setting(16, ge=1, le=4096)
     """Training problems drawn per RL step."""
-    candidates_per_problem: int = _field(
+    candidates_per_problem: int = setting(
         8, ge=2, le=1024, recommended=(4, 16),
         below="a group of one candidate has no baseline, so every advantage is zero and nothing is learned")
     """Completions sampled per problem: the group whose mean reward is each candidate's baseline (GRPO/RLOO)."""
-    max_new_tokens: int = _field(128, ge=1, le=131072)
+    max_new_tokens: int = setting(128, ge=1, le=131072)
     """Most tokens generated per completion."""
-    temperature: float = _field(1.0, ge=0.0, le=10.0)
+    temperature: float = setting(1.0, ge=0.0, le=10.0)
     """Sampling temperature; 0 means greedy decoding (no randomness, so no RL signal within a group)."""
-    top_p: float = _field(1.0, gt=0.0, le=1.0)
+    top_p: float = setting(1.0, gt=0.0, le=1.0)
     """Nucleus sampling: keep the smallest token set with this much probability; 1 = no cut."""
-    top_k: int = _field(0, ge=0, le=INT32_MAX)
+    top_k: int = setting(0, ge=0, le=INT32_MAX)
     """Keep only the k most likely tokens; 0 = no top-k cut (plain sampling)."""
-    prompt_style: str = _field("completion", choices=PROMPT_STYLES)
+    prompt_style: str = setting("completion", choices=PROMPT_STYLES)
     """completion: the model continues the problem's prompt; chat: chat template, code in a fenced block."""
-    stop: tuple[str, ...] | None = _field(None, max_items=64, max_length=256)
+    stop: tuple[str, ...] | None = setting(None, max_items=64, max_length=256)
     """Strings that end a completion (cut before the first one); null = default for the prompt style."""
     thinking: bool = False
     """Thinking chat models (Qwen3, Qwen3.5): let the model reason first (the chat template's enable_thinking);
@@ -306,19 +150,19 @@ class SamplingConfig(_Section):
     dynamic: bool = False
     """Dynamic sampling (DAPO): set aside groups whose candidates all got one reward and draw more problems,
     up to max_rounds rounds, until problems_per_step informative groups exist; the update uses only those."""
-    max_rounds: int = _field(3, ge=1, le=100)
+    max_rounds: int = setting(3, ge=1, le=100)
     """Dynamic sampling: most rollout rounds per step, the first included (1 = only filter, never redraw)."""
-    engine: str = _field("hf", choices=ENGINES)
+    engine: str = setting("hf", choices=ENGINES)
     """hf: the trainer's own decoding loop; vllm: a vLLM server (the `vllm` section) samples from the policy
     being trained, which it is given after every optimizer step (vllm.sync)."""
-    turns: int = _field(1, ge=1, le=MAX_TURNS)
+    turns: int = setting(1, ge=1, le=MAX_TURNS)
     """Attempts per candidate: after a failing turn the sandbox's answer (the feedback section) is sent as a user
     message and the model answers again, until a turn passes or the turns run out; 1 = one attempt."""
-    staleness: int = _field(0, ge=0, le=1)
+    staleness: int = setting(0, ge=0, le=1)
     """Optimizer steps the sampling policy may lag the trained one. 0: each step samples the policy its previous
     step just made. 1 (engine vllm): step k+1 is sampled by the server while step k updates, so generation and
     the update overlap (one step off-policy; ppo.tis_cap corrects for it, the mismatch metrics show it)."""
-    compile: str = _field("auto", choices=COMPILE_MODES)
+    compile: str = setting("auto", choices=COMPILE_MODES)
     """engine hf: decode with a static-shape step (a fixed cache, batch buckets) captured as a CUDA graph on a GPU.
     auto: on where the step runs on CUDA, off on CPU (measured slower there: 0.63x on the tiny Qwen3.5, RESULTS.md);
     on/off force it. The tokens, log-probs and stop cut are the eager loop's (same draws for a fixed seed)."""
@@ -351,18 +195,18 @@ class SamplingConfig(_Section):
 
 
 @dataclass(frozen=True)
-class RewardWeights(_Section):
+class RewardWeights(Section):
     """Weight of each reward dimension; each dimension is a score in [0, 1]."""
 
-    pass_rate: float = _field(0.6, ge=0.0, le=MAX_WEIGHT)
+    pass_rate: float = setting(0.6, ge=0.0, le=MAX_WEIGHT)
     """Weight of the fraction of tests passed."""
-    syntax: float = _field(0.15, ge=0.0, le=MAX_WEIGHT)
+    syntax: float = setting(0.15, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'the code parses / compiles'."""
-    efficiency: float = _field(0.1, ge=0.0, le=MAX_WEIGHT)
+    efficiency: float = setting(0.1, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'runtime within a reasonable share of the time limit'."""
-    conciseness: float = _field(0.05, ge=0.0, le=MAX_WEIGHT)
+    conciseness: float = setting(0.05, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'length within a reasonable range of the reference or group'."""
-    format: float = _field(0.1, ge=0.0, le=MAX_WEIGHT)
+    format: float = setting(0.1, ge=0.0, le=MAX_WEIGHT)
     """Weight of 'output follows the required format (fence, entry point, stdio use)'."""
 
     def _check(self) -> None:
@@ -375,76 +219,87 @@ class RewardWeights(_Section):
 
 
 @dataclass(frozen=True)
-class OverlongConfig(_Section):
+class OverlongConfig(Section):
     """What happens to candidates that hit max_new_tokens (cut off mid-answer)."""
 
-    mode: str = _field("none", choices=OVERLONG_MODES)
+    mode: str = setting("none", choices=OVERLONG_MODES)
     """none: scored as they are; mask: left out of the loss; soft: DAPO's length penalty over the last buffer_tokens."""
-    buffer_tokens: int = _field(256, ge=1, le=1_000_000)
+    buffer_tokens: int = setting(256, ge=1, le=1_000_000)
     """soft: the penalty grows linearly from 0 to -1 over the last buffer_tokens before max_new_tokens."""
 
 
 @dataclass(frozen=True)
-class RewardConfig(_Section):
+class RewardConfig(Section):
     """How execution results become a scalar reward per candidate."""
 
-    weights: RewardWeights = _field(factory=RewardWeights)
+    weights: RewardWeights = setting(factory=RewardWeights)
     """Weight of each reward dimension (each dimension is in [0, 1])."""
-    normalize: str = _field("sum", choices=REWARD_NORMALIZATIONS)
+    normalize: str = setting("sum", choices=REWARD_NORMALIZATIONS)
     """What the advantage estimator sees: sum = each candidate's weighted total; per_component = each dimension
     normalized within its group (mean 0, std 1; GDPO) before the weighting (events keep the plain total)."""
     weighted_mean: bool = True
     """Divide the weighted sum by the sum of weights so the total reward stays in [0, 1] (was reward.normalize)."""
     # Named reward.clip though it acts on advantages: the key is part of saved configs, so it stays.
-    clip: float | None = _field(5.0, gt=0.0)
+    clip: float | None = setting(5.0, gt=0.0)
     """Clips the advantages (not the rewards) to [-clip, clip] after the group baseline; null = no clipping."""
-    repeats: int = _field(1, ge=1, le=10)
+    repeats: int = setting(1, ge=1, le=10)
     """Execute each candidate this many times and average its rewards (for noisy tests)."""
-    overlong: OverlongConfig = _field(factory=OverlongConfig)
+    overlong: OverlongConfig = setting(factory=OverlongConfig)
     """Truncated candidates (hit max_new_tokens): kept, masked out of the loss, or softly penalised."""
-    penalize_flags: tuple[str, ...] = _field((), choices=FLAG_VOCABULARY)
+    penalize_flags: tuple[str, ...] = setting((), choices=FLAG_VOCABULARY)
     """Reward-hacking flags (e.g. [exit_before_tests, patches_runtime]) whose candidates get a total reward of 0."""
-    turns: str = _field("final", choices=TURN_CREDITS)
+    turns: str = setting("final", choices=TURN_CREDITS)
     """Multi-turn credit (sampling.turns > 1): final = every token gets the last turn's reward; discounted = turn
     t's tokens get the sum over s >= t of turn_discount^(s - t) times turn s's reward."""
-    turn_discount: float = _field(0.4, ge=0.0, le=1.0)
+    turn_discount: float = setting(0.4, ge=0.0, le=1.0)
     """reward.turns: discounted: the weight gamma of each later turn's reward (0 = each turn only its own)."""
+
+    @staticmethod
+    def upgrade(data: dict) -> dict:
+        """Saved configs from before reward.normalize took ``sum | per_component`` hold it as a boolean: the
+        weighted mean (true) or the plain weighted sum (false), which is now reward.weighted_mean. The boolean
+        wins over a weighted_mean beside it: the web app merges a request over the defaults, which always hold
+        one, so an old client's ``normalize: false`` must not lose to the default."""
+        legacy = data.get("normalize")
+        if not isinstance(legacy, bool):
+            return data
+        return {**data, "normalize": "sum", "weighted_mean": legacy}
 
 
 @dataclass(frozen=True)
-class PPOConfig(_Section):
+class PPOConfig(Section):
     """PPO / GRPO policy-optimisation hyperparameters."""
 
-    learning_rate: float = _field(2e-6, gt=0.0, le=1.0)
+    learning_rate: float = setting(2e-6, gt=0.0, le=1.0)
     """Peak AdamW learning rate (LoRA usually wants 1e-5 to 1e-4, full fine-tune 1e-6 to 1e-5)."""
-    kl_coef: float = _field(0.04, ge=0.0, le=1.0, recommended=(0.01, 0.1))
+    kl_coef: float = setting(0.04, ge=0.0, le=1.0, recommended=(0.01, 0.1))
     """Weight of the KL penalty to the reference policy in the loss (recommended 0.01-0.1; 0 = off)."""
-    kl_estimator: str = _field("k3", choices=KL_ESTIMATORS)
+    kl_estimator: str = setting("k3", choices=KL_ESTIMATORS)
     """Per-token KL estimator (Schulman): k1 = log ratio, k2 = squared log ratio / 2, k3 = unbiased low-variance."""
-    clip_range: float = _field(0.2, gt=0.0, lt=1.0, recommended=(0.1, 0.3))
+    clip_range: float = setting(0.2, gt=0.0, lt=1.0, recommended=(0.1, 0.3))
     """PPO clip epsilon: the ratio is clipped to [1 - clip_range, 1 + clip_range] (recommended 0.1-0.3)."""
-    clip_range_high: float | None = _field(None, gt=0.0, lt=10.0)
+    clip_range_high: float | None = setting(None, gt=0.0, lt=10.0)
     """Upper epsilon for clip-higher (DAPO), e.g. 0.28; must exceed clip_range; null = symmetric."""
-    dual_clip: float | None = _field(None, gt=1.0)
+    dual_clip: float | None = setting(None, gt=1.0)
     """Dual-clip constant c > 1 bounding the loss of negative-advantage tokens; null = off."""
-    epochs_per_batch: int = _field(1, ge=1, le=16)
+    epochs_per_batch: int = setting(1, ge=1, le=16)
     """Passes of PPO updates over each step's rollouts."""
-    minibatch_size: int | None = _field(None, ge=1, le=MAX_BATCH)
+    minibatch_size: int | None = setting(None, ge=1, le=MAX_BATCH)
     """Candidates per optimizer step; null = the whole step's batch (one optimizer step per epoch)."""
-    micro_batch_size: int = _field(32, ge=1, le=MAX_BATCH)
+    micro_batch_size: int = setting(32, ge=1, le=MAX_BATCH)
     """Candidates per forward/backward (gradient accumulation); only affects memory, never the result."""
-    max_grad_norm: float | None = _field(1.0, gt=0.0)
+    max_grad_norm: float | None = setting(1.0, gt=0.0)
     """Clip the global gradient norm to this; null = no clipping."""
-    advantage: str = _field("grpo", choices=ADVANTAGE_ESTIMATORS)
+    advantage: str = setting("grpo", choices=ADVANTAGE_ESTIMATORS)
     """Advantage estimator: grpo (group mean/std), rloo (leave-one-out), dr_grpo (group mean, no std)."""
-    loss_aggregation: str = _field("token_mean", choices=LOSS_AGGREGATIONS)
+    loss_aggregation: str = setting("token_mean", choices=LOSS_AGGREGATIONS)
     """token_mean: average over all tokens of the batch; seq_mean: average per sequence, then over sequences."""
     drop_zero_variance_groups: bool = False
     """Leave out groups whose candidates all got the same reward (no learning signal); sampling.dynamic also
     draws more problems to fill the batch."""
-    weight_decay: float = _field(0.0, ge=0.0, le=1.0)
+    weight_decay: float = setting(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
-    tis_cap: float | None = _field(2.0, ge=1.0, le=100.0)
+    tis_cap: float | None = setting(2.0, ge=1.0, le=100.0)
     """Truncated importance sampling: weight each token's loss by min(pi_old / pi_sampler, tis_cap) to correct
     sampler/trainer log-prob mismatch; null = off. Default 2.0 (Yao et al. 2025's cap), following the measured
     mismatch (benchmarks/RESULTS.md, issue 33): on an H200 in bfloat16, recurrent decoding vs chunked scoring put
@@ -459,22 +314,22 @@ class PPOConfig(_Section):
 
 
 @dataclass(frozen=True)
-class ScheduleConfig(_Section):
+class ScheduleConfig(Section):
     """Learning-rate and KL-coefficient schedule ("stable first, then faster" warm-up)."""
 
-    warmup: str = _field("none", choices=WARMUPS)
+    warmup: str = setting("none", choices=WARMUPS)
     """none: constant lr and KL from step 0; stable_then_fast: start with a low lr and a strong KL, then ramp to the configured values."""
-    warmup_steps: int = _field(10, ge=0, le=MAX_STEPS)
+    warmup_steps: int = setting(10, ge=0, le=MAX_STEPS)
     """Steps over which the learning rate rises linearly from lr_start_factor * learning_rate to learning_rate."""
-    lr_start_factor: float = _field(0.1, ge=0.0, le=1.0)
+    lr_start_factor: float = setting(0.1, ge=0.0, le=1.0)
     """Fraction of the learning rate used at step 0 of a stable_then_fast warm-up."""
-    kl_warmup_steps: int | None = _field(None, ge=0, le=MAX_STEPS)
+    kl_warmup_steps: int | None = setting(None, ge=0, le=MAX_STEPS)
     """Steps over which the KL coefficient eases from kl_start_factor * kl_coef to kl_coef; null = warmup_steps."""
-    kl_start_factor: float = _field(2.0, ge=1.0, le=100.0)
+    kl_start_factor: float = setting(2.0, ge=1.0, le=100.0)
     """Multiple of kl_coef applied at step 0 of a stable_then_fast warm-up (a stronger anchor early)."""
-    lr_decay: str = _field("constant", choices=LR_DECAYS)
+    lr_decay: str = setting("constant", choices=LR_DECAYS)
     """Learning rate after warm-up: constant, or linear / cosine decay to min_lr_factor at the last step."""
-    min_lr_factor: float = _field(0.0, ge=0.0, le=1.0)
+    min_lr_factor: float = setting(0.0, ge=0.0, le=1.0)
     """Fraction of the learning rate reached at the last step when lr_decay is linear or cosine."""
 
     def lr_factor(self, step: int, total_steps: int) -> float:
@@ -499,36 +354,36 @@ class ScheduleConfig(_Section):
 
 
 @dataclass(frozen=True)
-class TrainConfig(_Section):
+class TrainConfig(Section):
     """Run length, seed, evaluation and checkpoint cadence."""
 
-    steps: int = _field(60, ge=1, le=MAX_STEPS)
+    steps: int = setting(60, ge=1, le=MAX_STEPS)
     """Number of RL steps (each: sample, execute, reward, update)."""
-    seed: int = _field(0, ge=0, le=INT32_MAX)
+    seed: int = setting(0, ge=0, le=INT32_MAX)
     """Seed for problem order, sampling and initialisation."""
-    eval_every: int = _field(10, ge=0, le=MAX_STEPS)
+    eval_every: int = setting(10, ge=0, le=MAX_STEPS)
     """Evaluate on the heldout split every this many steps (also at step 0 and at the end); 0 = only start and end."""
-    eval_samples: int = _field(8, ge=1, le=1024)
+    eval_samples: int = setting(8, ge=1, le=1024)
     """Completions sampled per held-out problem for pass@k."""
-    checkpoint_every: int = _field(20, ge=0, le=MAX_STEPS)
+    checkpoint_every: int = setting(20, ge=0, le=MAX_STEPS)
     """Save a resumable checkpoint every this many steps (always at the end); 0 = only at the end."""
     save_merged: bool = False
     """Also export a merged model (base + LoRA, safetensors) with the final checkpoint."""
 
 
 @dataclass(frozen=True)
-class SandboxConfig(_Section):
+class SandboxConfig(Section):
     """Where and how candidates are executed."""
 
-    backend: str = _field("process", max_length=64)
+    backend: str = setting("process", max_length=64)
     """Execution backend of the sandbox (see `python -m sandbox run --help`)."""
-    workers: int = _field(2, ge=1, le=256)
+    workers: int = setting(2, ge=1, le=256)
     """Parallel executions."""
-    timeout_s: float | None = _field(None, gt=0.0, le=600.0)
+    timeout_s: float | None = setting(None, gt=0.0, le=600.0)
     """Time limit per execution in seconds; null = each problem's own time_limit_s."""
-    memory_mb: int | None = _field(None, ge=16, le=16384)
+    memory_mb: int | None = setting(None, ge=16, le=16384)
     """Memory limit per execution in MiB; null = each problem's own memory_limit_mb."""
-    mode: str = _field("warm", choices=SANDBOX_MODES)
+    mode: str = setting("warm", choices=SANDBOX_MODES)
     """warm: reuse isolated pre-started interpreters (fast); cold: a fresh process per execution."""
     endpoints: tuple[str, ...] = ()
     """URLs of `python -m sandbox serve` replicas (token from CRUCIBLE_SANDBOX_TOKEN); empty = the local pool."""
@@ -552,21 +407,21 @@ class SandboxConfig(_Section):
 
 
 @dataclass(frozen=True)
-class VLLMConfig(_Section):
+class VLLMConfig(Section):
     """The vLLM server that samples when sampling.engine is vllm."""
 
-    url: str | None = _field(None, max_length=2048)
+    url: str | None = setting(None, max_length=2048)
     """A running vLLM OpenAI-compatible server (http://host:port) that serves the run's base model with LoRA
     enabled; null = the trainer starts one for the run from the engine environment and stops it with the run."""
-    gpu_memory_utilization: float = _field(0.4, gt=0.0, le=0.95)
+    gpu_memory_utilization: float = setting(0.4, gt=0.0, le=0.95)
     """Share of the GPU's memory the server may take (the rest is the trainer's, on the same GPU)."""
-    max_model_len: int | None = _field(None, ge=16, le=1_048_576)
+    max_model_len: int | None = setting(None, ge=16, le=1_048_576)
     """Longest prompt + completion in tokens; null = prompt budget + max_new_tokens rounded up (or the model's)."""
-    tensor_parallel_size: int = _field(1, ge=1, le=64)
+    tensor_parallel_size: int = setting(1, ge=1, le=64)
     """GPUs the server splits the model over."""
-    dtype: str = _field("auto", choices=VLLM_DTYPES)
+    dtype: str = setting("auto", choices=VLLM_DTYPES)
     """The server's weights and activations; auto = bfloat16 (vLLM's CPU kernels need it; half the memory on GPU)."""
-    sync: str = _field("auto", choices=VLLM_SYNCS)
+    sync: str = setting("auto", choices=VLLM_SYNCS)
     """How the server gets the policy after each optimizer step. adapter: the LoRA adapter is saved and hot-loaded
     (small; vLLM's LoRA kernels run it beside the base). weights: the policy's weights (LoRA merged in) are written
     in the server's dtype and reloaded in place, so it samples at base speed and a full fine-tune works; each step
@@ -583,10 +438,10 @@ class VLLMConfig(_Section):
 
 
 @dataclass(frozen=True)
-class DifficultyConfig(_Section):
+class DifficultyConfig(Section):
     """Train problems left out at launch by the pass rates of a difficulty probe (`python -m training probe`)."""
 
-    probe: str | None = _field(None, max_length=MAX_PATH)
+    probe: str | None = setting(None, max_length=MAX_PATH)
     """Output file of `python -m training probe` whose pass rates the rules below read; null = no filter."""
     drop_unsolved: bool = False
     """Leave out train problems the probe never solved (pass rate 0): every group of theirs has zero reward variance."""
@@ -604,13 +459,13 @@ class DifficultyConfig(_Section):
 
 
 @dataclass(frozen=True)
-class FeedbackConfig(_Section):
+class FeedbackConfig(Section):
     """What the model is told after a failing turn (sampling.turns > 1): the sandbox's answer, never the solution."""
 
-    tests_shown: int = _field(3, ge=0, le=100)
+    tests_shown: int = setting(3, ge=0, le=100)
     """Failing tests described per feedback message (function problems: the test's text and error; stdio: which
     case failed and how, never a hidden case's expected output)."""
-    stderr_chars: int = _field(2000, ge=0, le=100_000)
+    stderr_chars: int = setting(2000, ge=0, le=100_000)
     """Characters of the end of the program's stderr (the traceback) shown; 0 = none."""
     include_code: bool = False
     """Repeat the failing code in the feedback message (it is already in the conversation as the model's reply)."""
@@ -630,14 +485,14 @@ def _check_tracker_name(value: str | None, name: str, pattern: re.Pattern, allow
 
 
 @dataclass(frozen=True)
-class WandbConfig(_Section):
+class WandbConfig(Section):
     """Weights & Biases: where the run is logged (the API key only from the worker's WANDB_API_KEY, never here)."""
 
-    project: str = _field("crucible", max_length=TRACKER_NAME_MAX)
+    project: str = setting("crucible", max_length=TRACKER_NAME_MAX)
     """W&B project the run is logged to (letters, digits, _ . -)."""
-    entity: str | None = _field(None, max_length=TRACKER_NAME_MAX)
+    entity: str | None = setting(None, max_length=TRACKER_NAME_MAX)
     """W&B team or user that owns the project; null = the API key's default entity."""
-    mode: str = _field("offline", choices=WANDB_MODES)
+    mode: str = setting("offline", choices=WANDB_MODES)
     """offline: files under RUN_DIR/wandb only, no network (upload later with `wandb sync RUN_DIR/wandb/offline-run-*`);
     online: streamed to the W&B server of the worker's environment (WANDB_API_KEY, WANDB_BASE_URL)."""
 
@@ -647,14 +502,14 @@ class WandbConfig(_Section):
 
 
 @dataclass(frozen=True)
-class MlflowConfig(_Section):
+class MlflowConfig(Section):
     """MLflow: a file store inside the run's directory or a tracking server (credentials only from the worker's
     MLFLOW_TRACKING_TOKEN / _USERNAME / _PASSWORD, never here)."""
 
-    tracking_uri: str | None = _field(None, max_length=2048)
+    tracking_uri: str | None = setting(None, max_length=2048)
     """null = a file store at RUN_DIR/mlruns; file:PATH = a file store at PATH relative to the run's directory
     (no absolute path, no ..); http(s)://host[:port][/path] = a tracking server (no user:password@ in the URL)."""
-    experiment: str = _field("crucible", max_length=TRACKER_NAME_MAX)
+    experiment: str = setting("crucible", max_length=TRACKER_NAME_MAX)
     """MLflow experiment the run is logged under (made when missing; letters, digits, space, _ . - /)."""
 
     def _check(self) -> None:
@@ -706,7 +561,7 @@ def check_tracking_uri(uri: str) -> str:
 
 
 @dataclass(frozen=True)
-class TrackingConfig(_Section):
+class TrackingConfig(Section):
     """Experiment trackers the run also logs to (its own events and pages are always written)."""
 
     tensorboard: bool = False
@@ -723,32 +578,32 @@ class TrackingConfig(_Section):
 
 
 @dataclass(frozen=True)
-class RunConfig(_Section):
+class RunConfig(Section):
     """A whole training run."""
 
-    model: ModelConfig = _field(factory=ModelConfig)
+    model: ModelConfig = setting(factory=ModelConfig)
     """The policy model and how it is trained (LoRA or full)."""
-    problems: str = _field("data/demo/problems.jsonl", max_length=MAX_PATH)
+    problems: str = setting("data/demo/problems.jsonl", max_length=MAX_PATH)
     """Problem file (native JSONL, HumanEval, MBPP, APPS, CodeContests; .jsonl or .jsonl.gz)."""
-    sampling: SamplingConfig = _field(factory=SamplingConfig)
+    sampling: SamplingConfig = setting(factory=SamplingConfig)
     """How candidates are sampled."""
-    reward: RewardConfig = _field(factory=RewardConfig)
+    reward: RewardConfig = setting(factory=RewardConfig)
     """How execution results become rewards."""
-    ppo: PPOConfig = _field(factory=PPOConfig)
+    ppo: PPOConfig = setting(factory=PPOConfig)
     """Policy optimisation hyperparameters."""
-    schedule: ScheduleConfig = _field(factory=ScheduleConfig)
+    schedule: ScheduleConfig = setting(factory=ScheduleConfig)
     """Learning-rate and KL schedule."""
-    train: TrainConfig = _field(factory=TrainConfig)
+    train: TrainConfig = setting(factory=TrainConfig)
     """Length of the run, evaluation and checkpoint cadence."""
-    sandbox: SandboxConfig = _field(factory=SandboxConfig)
+    sandbox: SandboxConfig = setting(factory=SandboxConfig)
     """Where and how candidates run."""
-    difficulty: DifficultyConfig = _field(factory=DifficultyConfig)
+    difficulty: DifficultyConfig = setting(factory=DifficultyConfig)
     """Train problems left out at launch by a difficulty probe's pass rates (held-out problems never are)."""
-    vllm: VLLMConfig = _field(factory=VLLMConfig)
+    vllm: VLLMConfig = setting(factory=VLLMConfig)
     """The vLLM server, when sampling.engine is vllm."""
-    feedback: FeedbackConfig = _field(factory=FeedbackConfig)
+    feedback: FeedbackConfig = setting(factory=FeedbackConfig)
     """What the model is told after a failing turn, when sampling.turns > 1."""
-    tracking: TrackingConfig = _field(factory=TrackingConfig)
+    tracking: TrackingConfig = setting(factory=TrackingConfig)
     """Experiment trackers (TensorBoard, W&B, MLflow) the run also logs to; all off by default."""
 
     def _check(self) -> None:
@@ -777,197 +632,14 @@ SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConf
             MlflowConfig, TrackingConfig, RunConfig)
 
 
-# --------------------------------------------------------------------------------------------------
-# Types and docstrings
-# --------------------------------------------------------------------------------------------------
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _union_args(tp: Any) -> tuple[Any, ...] | None:
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        return typing.get_args(tp)
-    return None
-
-
-def _describe(tp: Any) -> str:
-    args = _union_args(tp)
-    if args:
-        return " or ".join(_describe(a) for a in args)
-    if tp is type(None):
-        return "null"
-    if typing.get_origin(tp) is tuple:
-        return "a list of strings"
-    if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(tp, str(tp))
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    args = _union_args(tp)
-    if args:
-        return any(_matches(value, a) for a in args)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    if typing.get_origin(tp) is tuple:
-        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
-    if dataclasses.is_dataclass(tp):
-        return isinstance(value, tp)
-    return isinstance(value, tp)
-
-
-def _check_type(value: Any, tp: Any, name: str) -> None:
-    if not _matches(value, tp):
-        raise ConfigError(name, f"must be {_describe(tp)}; got {value!r} ({type(value).__name__})")
-
-
-@functools.cache
 def field_docs() -> dict[str, dict[str, str]]:
-    """``{ClassName: {field: docstring}}`` read from this module's source (the line under each field)."""
-    tree = ast.parse(inspect.getsource(inspect.getmodule(field_docs)))
-    docs: dict[str, dict[str, str]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        fields: dict[str, str] = {}
-        for prev, cur in zip(node.body, node.body[1:]):
-            if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name)
-                    and isinstance(cur, ast.Expr) and isinstance(cur.value, ast.Constant)
-                    and isinstance(cur.value.value, str)):
-                fields[prev.target.id] = inspect.cleandoc(cur.value.value)
-        docs[node.name] = fields
-    return docs
+    """``{ClassName: {field: docstring}}`` of this module's sections (the line under each field)."""
+    return module_field_docs(__name__)
 
 
 # --------------------------------------------------------------------------------------------------
-# dict <-> dataclasses
+# dict <-> RunConfig
 # --------------------------------------------------------------------------------------------------
-
-
-def _coerce(value: Any, tp: Any, path: str) -> Any:
-    """Convert a YAML/JSON value to the field type ``tp``; ConfigError naming ``path`` otherwise."""
-    args = _union_args(tp)
-    if args:
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, a, path)
-            except ConfigError as e:
-                errors.append((a, e))
-        # The branch of the value's own shape knows best what is wrong with it (a list's bad entry).
-        shaped = [e for a, e in errors if _same_shape(value, a)]
-        if len(errors) == 1 or len(shaped) == 1:
-            raise (shaped or [errors[0][1]])[0]
-        raise ConfigError(path, f"must be {_describe(tp)}; got {value!r}")
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if value is None:
-            return _from_dict(tp, {}, path)
-        if not isinstance(value, dict):
-            raise ConfigError(path, f"must be a mapping of {', '.join(f.name for f in dataclasses.fields(tp))}; "
-                                    f"got {value!r}")
-        return _from_dict(tp, value, path)
-    if isinstance(value, LostNumber):  # a number no float holds: whatever the field, not what was written
-        raise ConfigError(path, lost_number_message(value) if tp is float else
-                          f"must be {_describe(tp)}; got the number {value}")
-    if typing.get_origin(tp) is tuple:
-        if isinstance(value, str):  # a single string where a list is expected: almost always a slip
-            raise ConfigError(path, f"must be a list of strings; got the string {value!r} (write [{value!r}])")
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and not isinstance(v, LostNumber)
-                                                            for v in value):
-            raise ConfigError(path, f"must be a list of strings; got {value!r}")
-        return tuple(_check_text(v, path) for v in value)
-    if tp is float:
-        # PyYAML reads `2e-6` (no dot) as a string; accept numeric strings rather than fail on a YAML quirk.
-        if isinstance(value, str):
-            try:
-                number = json_number(value.strip())
-            except ValueError:
-                pass
-            else:
-                if isinstance(number, LostNumber):
-                    raise ConfigError(path, lost_number_message(number))
-                return number
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, f"must be a number; got {value!r}")
-        try:
-            return float(value)
-        except OverflowError:  # an integer of hundreds of digits: past any float
-            raise ConfigError(path, f"must be a finite number; got an integer of {len(str(abs(value)))} digits") from None
-    if tp is int:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"must be an integer; got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(path, f"must be true or false; got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(path, f"must be a string; got {value!r}")
-        return _check_text(value, path)
-    raise TypeError(f"unsupported config type {tp!r} at {path}")
-
-
-def _same_shape(value: Any, tp: Any) -> bool:
-    if typing.get_origin(tp) is tuple:
-        return isinstance(value, (list, tuple))
-    if dataclasses.is_dataclass(tp):
-        return isinstance(value, dict)
-    return tp is str and isinstance(value, str)
-
-
-def upgrade_reward(data: dict) -> dict:
-    """Saved configs from before reward.normalize took ``sum | per_component`` hold it as a boolean: the
-    weighted mean (true) or the plain weighted sum (false), which is now reward.weighted_mean. The boolean
-    wins over a weighted_mean beside it: the web app merges a request over the defaults, which always hold
-    one, so an old client's ``normalize: false`` must not lose to the default."""
-    legacy = data.get("normalize")
-    if not isinstance(legacy, bool):
-        return data
-    return {**data, "normalize": "sum", "weighted_mean": legacy}
-
-
-_UPGRADES = {RewardConfig: upgrade_reward}
-"""Per section: how an older spelling of its keys becomes today's (saved runs keep loading)."""
-
-
-def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    if cls in _UPGRADES:
-        data = _UPGRADES[cls](data)
-    names = [f.name for f in dataclasses.fields(cls)]
-    hints = _hints(cls)
-    kwargs = {}
-    for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(key, str):
-            _check_text(key, path)
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(path, f"unknown key; {hint}valid keys{' in ' + prefix if prefix else ''}: "
-                                    f"{', '.join(names)}")
-        kwargs[key] = _coerce(value, hints[key], path)
-    try:
-        return cls(**kwargs)
-    except ConfigError as e:
-        raise e.prefixed(prefix) if prefix else e
 
 
 def config_from_dict(data: dict | None) -> RunConfig:
@@ -976,25 +648,12 @@ def config_from_dict(data: dict | None) -> RunConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("", f"the config must be a mapping of sections (model, sampling, ppo, ...); got {data!r}")
-    return _from_dict(RunConfig, data)
+    return from_dict(RunConfig, data)
 
 
 def leaf_fields() -> dict[str, dataclasses.Field]:
     """Every leaf field of RunConfig by dotted name (``train.steps``), sections descended into."""
-    out: dict[str, dataclasses.Field] = {}
-
-    def walk(cls: type, prefix: str) -> None:
-        hints = _hints(cls)
-        for f in dataclasses.fields(cls):
-            tp = hints[f.name]
-            section = next((a for a in (_union_args(tp) or (tp,)) if dataclasses.is_dataclass(a)), None)
-            if section is not None:
-                walk(section, f"{prefix}{f.name}.")
-            else:
-                out[f"{prefix}{f.name}"] = f
-
-    walk(RunConfig, "")
-    return out
+    return _leaf_fields(RunConfig)
 
 
 def check_ceilings(cfg: RunConfig, ceilings: typing.Mapping[str, float]) -> None:
@@ -1008,24 +667,11 @@ def check_ceilings(cfg: RunConfig, ceilings: typing.Mapping[str, float]) -> None
     for dotted, ceiling in ceilings.items():
         if dotted not in fields:
             raise KeyError(f"no config field {dotted!r} to put a ceiling on")
-        node: Any = cfg
+        node: typing.Any = cfg
         for part in dotted.split("."):
             node = None if node is None else getattr(node, part)
         if node is not None and not isinstance(node, bool) and node > ceiling:
             raise ConfigError(dotted, f"must be <= {ceiling} on this server (its limit); got {node!r}")
-
-
-def config_to_dict(cfg: Any) -> dict:
-    """Plain dict (lists, not tuples) that ``config_from_dict`` turns back into an equal config."""
-
-    def plain(v: Any) -> Any:
-        if dataclasses.is_dataclass(v):
-            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, tuple):
-            return [plain(x) for x in v]
-        return v
-
-    return plain(cfg)
 
 
 def apply_overrides(data: dict | None, overrides: list[str] | tuple[str, ...]) -> dict:
@@ -1089,7 +735,7 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
     """Write ``cfg`` as YAML that ``load_config`` reads back to an equal config."""
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), encoding="utf-8")
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1097,72 +743,8 @@ def save_config(cfg: RunConfig, path: str | Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _type_schema(tp: Any, ceilings: typing.Mapping[str, float] | None = None, prefix: str = "") -> dict:
-    args = _union_args(tp)
-    if args:
-        non_null = [a for a in args if a is not type(None)]
-        nullable = len(non_null) < len(args)
-        if len(non_null) == 1 and not dataclasses.is_dataclass(non_null[0]) \
-                and typing.get_origin(non_null[0]) is not tuple:
-            s = _type_schema(non_null[0])
-            s["type"] = [s["type"], "null"] if nullable else s["type"]
-            return s
-        return {"anyOf": [_type_schema(a, ceilings, prefix) for a in non_null]
-                + ([{"type": "null"}] if nullable else [])}
-    if tp is type(None):
-        return {"type": "null"}
-    if dataclasses.is_dataclass(tp):
-        return _section_schema(tp, ceilings, prefix)
-    if typing.get_origin(tp) is tuple:
-        return {"type": "array", "items": {"type": "string"}}
-    return {"type": {int: "integer", float: "number", str: "string", bool: "boolean"}[tp]}
-
-
-def _length_schema(s: dict, m: typing.Mapping) -> None:
-    """``max_length`` / ``max_items`` onto every string and array branch of a field's schema."""
-    for branch in s.get("anyOf", [s]):
-        if branch.get("type") in ("string", ["string", "null"]) and "max_length" in m:
-            branch["maxLength"] = m["max_length"]
-        if branch.get("type") == "array":
-            if "max_items" in m:
-                branch["maxItems"] = m["max_items"]
-            if "max_length" in m:
-                branch["items"]["maxLength"] = m["max_length"]
-
-
-def _section_schema(cls: type, ceilings: typing.Mapping[str, float] | None = None, prefix: str = "") -> dict:
-    docs = field_docs().get(cls.__name__, {})
-    hints = _hints(cls)
-    props = {}
-    for f in dataclasses.fields(cls):
-        s = _type_schema(hints[f.name], ceilings, f"{prefix}{f.name}.")
-        m = f.metadata
-        bounds = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
-        target = s
-        if "anyOf" in s:  # put numeric bounds / enums on the non-null branch
-            target = next((b for b in s["anyOf"] if b.get("type") != "null"), s)
-        for k, name in bounds.items():
-            if k in m:
-                target[name] = m[k]
-        ceiling = (ceilings or {}).get(f"{prefix}{f.name}")
-        if ceiling is not None and ceiling < target.get("maximum", math.inf) \
-                and ceiling < target.get("exclusiveMaximum", math.inf):
-            target.pop("exclusiveMaximum", None)
-            target["maximum"] = ceiling
-        if "choices" in m:
-            (target["items"] if target.get("type") == "array" else target)["enum"] = list(m["choices"])
-        _length_schema(s, m)
-        if "recommended" in m:
-            s["x-recommended"] = {"minimum": m["recommended"][0], "maximum": m["recommended"][1]}
-        if "below" in m:
-            s["x-below-minimum"] = m["below"]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        s["default"] = config_to_dict(default)
-        s["description"] = docs.get(f.name, "")
-        s["title"] = f.name.replace("_", " ")
-        props[f.name] = s
-    return {"type": "object", "title": cls.__name__, "description": inspect.getdoc(cls).splitlines()[0],
-            "properties": props, "additionalProperties": False}
+config_to_dict = to_dict
+"""Plain dict (lists, not tuples) that ``config_from_dict`` turns back into an equal config."""
 
 
 def json_schema(ceilings: typing.Mapping[str, float] | None = None) -> dict:
@@ -1170,7 +752,7 @@ def json_schema(ceilings: typing.Mapping[str, float] | None = None) -> dict:
 
     ``ceilings`` (a deployment's limits, see ``check_ceilings``) lower the fields' maximums.
     """
-    schema = _section_schema(RunConfig, ceilings)
+    schema = section_schema(RunConfig, ceilings)
     schema["description"] = "Crucible training run configuration (YAML keys = these property names)."
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://crucible.local/schemas/run-config.json", **schema}

@@ -10,7 +10,8 @@ import logging
 import pytest
 from django.test import Client
 
-from training.config import _hints, _union_args, leaf_fields
+from training.config import leaf_fields
+from training.config_schema import hints as _hints, union_args as _union_args
 from webapp.runs.models import Run
 
 from tests.factories import TINY_OVERRIDES, form_data, problem_lines

@@ -1,6 +1,6 @@
 """Stored run configs from before ``reward.normalize`` took ``sum | per_component`` hold it as a boolean
 (divide the weighted sum by the sum of weights), which is now ``reward.weighted_mean``: rewritten as
-``training.config.upgrade_reward`` reads them, so a clone, a resume or a re-scoring of an old run starts from
+``training.config.RewardConfig.upgrade`` reads them, so a clone, a resume or a re-scoring of an old run starts from
 today's spelling (and a clone's form shows the mode, not a boolean, in ``reward.normalize``)."""
 from django.db import migrations
 
