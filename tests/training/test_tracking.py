@@ -3,7 +3,6 @@ store), and what it logged is read back with each library's own reader; a broken
 
 from __future__ import annotations
 
-
 import json
 import re
 import subprocess
