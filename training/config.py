@@ -73,6 +73,8 @@ MAX_WEIGHT = 1000.0
 # Completion-style prompts end with a signature + docstring; the model should write only the body,
 # so anything that starts a new top-level statement ends the candidate.
 DEFAULT_COMPLETION_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
+MAX_STOP_STRINGS = 64
+"""Most entries of sampling.stop (a vLLM server the run starts is told to take as many)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -142,7 +144,7 @@ class SamplingConfig(Section):
     """Keep only the k most likely tokens; 0 = no top-k cut (plain sampling)."""
     prompt_style: str = setting("completion", choices=PROMPT_STYLES)
     """completion: the model continues the problem's prompt; chat: chat template, code in a fenced block."""
-    stop: tuple[str, ...] | None = setting(None, max_items=64, max_length=256)
+    stop: tuple[str, ...] | None = setting(None, max_items=MAX_STOP_STRINGS, max_length=256)
     """Strings that end a completion (cut before the first one); null = default for the prompt style."""
     thinking: bool = False
     """Thinking chat models (Qwen3, Qwen3.5): let the model reason first (the chat template's enable_thinking);

@@ -35,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from training.config import MAX_STOP_STRINGS
 from training.engines.base import EngineError, Piece, merge_pieces
 from training.engines.vllm_server import VLLMServer, version
 from training.generation import GenerationBatch, cut_completion, encode_prompts, eos_token_ids
@@ -45,6 +46,8 @@ MAX_IN_FLIGHT = 256
 """Most requests open at once (vLLM queues the rest of a step's candidates itself)."""
 REQUEST_TIMEOUT_S = 3600.0
 MAX_API_STOPS = 4
+"""Stop strings a vLLM server takes per request unless started with a larger ``VLLM_MAX_STOP_STRINGS`` (the
+runs' own servers are: ``vllm_server.VLLMServer.start``); a user's server (``vllm.url``) gets the first four."""
 SYNCS = ("adapter", "weights")
 ENGINE_LOG = "engine/vllm.log"
 """The server's log, relative to the run directory (the start event names it so, never by server path)."""
@@ -55,7 +58,8 @@ class VLLMEngine:
 
     def __init__(self, url: str, tokenizer: Any, *, eos_ids: Sequence[int], adapter_dir: Path,
                  server: VLLMServer | None = None, dtype: str | None = None, base_name: str = BASE_NAME,
-                 seeded: bool = True, sync_mode: str = "adapter", weights_dir: Path | None = None):
+                 seeded: bool = True, sync_mode: str = "adapter", weights_dir: Path | None = None,
+                 max_stops: int = MAX_API_STOPS):
         if sync_mode not in SYNCS:
             raise ValueError(f"sync_mode must be one of {SYNCS}; got {sync_mode!r}")
         self.url = url.rstrip("/")
@@ -75,6 +79,8 @@ class VLLMEngine:
         """Send each candidate's seed. Off on the CPU build: vLLM 0.32 rewinds a request's generator when a
         prefill is split across steps, which CPU generators cannot do ('CPU Generator does not use offset' kills
         the engine), so a CPU server samples from its own seeded stream and candidates are not repeatable there."""
+        self.max_stops = max_stops
+        """Stop strings sent per request (vLLM ends a sequence at them; more than the server takes is a 400)."""
         self._pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="vllm-request")
 
     # ------------------------------------------------------------------------------------ sampling
@@ -117,8 +123,9 @@ class VLLMEngine:
         }
         if stops:
             # vLLM ends the sequence at one of these; the cut itself is ours, on the ids, with every stop
-            # string (the OpenAI API takes at most four here: past them a completion may only run longer).
-            body["stop"] = stops[:MAX_API_STOPS]
+            # string. A stop the server was not sent is still cut by us, but only after the completion ran on to
+            # its EOS or max_tokens: sampled tokens thrown away (a user's server takes four unless told more).
+            body["stop"] = stops[:self.max_stops]
         if seed is not None:
             body["seed"] = seed
         if self.weights_version:
@@ -269,7 +276,7 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
     seeded = server is None or cuda
     engine = VLLMEngine(url, tokenizer, eos_ids=eos_token_ids(model, tokenizer), adapter_dir=engine_dir / "adapter",
                         server=server, dtype=dtype if server else vcfg.dtype, seeded=seeded, sync_mode=mode,
-                        weights_dir=engine_dir / "weights")
+                        weights_dir=engine_dir / "weights", max_stops=MAX_STOP_STRINGS if server else MAX_API_STOPS)
     try:
         if server is None:
             engine.base_name = engine.model_name = _served_model(url)

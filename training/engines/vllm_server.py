@@ -31,6 +31,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from training.config import MAX_STOP_STRINGS
 from training.engines.base import EngineError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,6 +111,9 @@ class VLLMServer:
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", PYTHONUNBUFFERED="1",
                    VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; only the CPU build reads it
+        # every stop string a config may hold (vLLM takes four by default; past them a completion runs on
+        # to max_tokens before our cut throws the rest away)
+        env["VLLM_MAX_STOP_STRINGS"] = str(MAX_STOP_STRINGS)
         if reloadable_weights:  # /collective_rpc reload_weights (vllm.sync: weights)
             env["VLLM_SERVER_DEV_MODE"] = "1"
         else:
