@@ -251,7 +251,7 @@ def test_the_page_form_queues_a_probe_and_refuses_bad_samples(client_alice, make
     r = client_alice.post(f"/problem-sets/{ps.pk}/probe", {"model": "models/tiny", "samples": 2})
     assert r.status_code == 302 and Probe.objects.get().samples == 2
     page = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
-    assert 'data-status="pending"' in page and "queued on the gpu workers" in page and 'id="probe-form"' not in page
+    assert 'data-status="pending"' in page and "1st in line on the short-job lane" in page and 'id="probe-form"' not in page
     Probe.objects.update(status="done")  # once it has ended, the form offers the same again
     page = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
     samples = page.split('id="probe-form"')[1].split('name="samples"')[1].split(">")[0]
