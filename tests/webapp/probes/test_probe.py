@@ -311,7 +311,7 @@ def test_the_run_page_says_what_the_filter_dropped():
 
 def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, user, installed_demo_models,
                                                                 monkeypatch):
-    """`problems.probe` on the gpu queue runs `python -m training probe` on the tiny model."""
+    """`problems.probe` on the gpu_short queue runs `python -m training probe` on the tiny model."""
     from django.conf import settings
 
     from webapp.problems.services import create_problem_set

@@ -51,10 +51,12 @@ def test_a_probe_behind_a_running_probe_names_it_with_its_progress_and_time_left
     assert waiting.queue_place()["waiting_for"][0]["id"] == first.pk
 
 
-def test_probes_wait_in_the_order_they_were_asked_for(make_set, user):
+def test_probes_wait_in_the_order_they_were_asked_for_and_not_behind_queued_runs(make_set, user):
+    run = make_run(user, "queued first", make_set(GOOD, name="trained"))
     first, second = (probes.request_probe(make_set(GOOD, name=n), user, "models/tiny", None, 2) for n in "ab")
     assert (first.queue_place()["position"], second.queue_place()["position"]) == (1, 2)
     assert second.queue_place()["text"].startswith("2nd in line on the short-job lane")
+    assert queueing.place(run)["position"] == 1  # nor the run behind the probes: each queue has its own line
 
 
 def test_a_probe_that_nothing_takes_while_a_run_holds_the_gpu_workers_says_so(make_set, user):

@@ -85,3 +85,17 @@ def test_the_run_page_embeds_the_queue_place_and_its_line(client_alice, user, pr
 def test_launching_leaves_no_queued_message_behind(client_alice, problem_set):
     r = client_alice.post("/runs/new", form_data(problem_set), follow=True)
     assert "queued." not in r.content.decode()
+
+
+def test_with_several_runs_running_the_one_that_ends_first_is_named_first(user, problem_set):
+    slow = _running_at(_queued(user, problem_set, "slow"), step=10, steps=200, s_per_step=60)
+    fast = _running_at(_queued(user, problem_set, "fast"), step=190, steps=200, s_per_step=3)
+    waiting = _queued(user, problem_set, "waiting")
+    assert queueing.place(waiting)["text"] == (
+        f"1st in line on the gpu workers; waiting for run #{fast.pk} (step 190/200, ~30 s left) and run "
+        f"#{slow.pk} (step 10/200, ~3.2 h left), the first to end")
+
+
+def test_places_are_written_as_ordinals():
+    assert [queueing.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]
