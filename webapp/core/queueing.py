@@ -132,11 +132,11 @@ def place(job) -> dict | None:
             earlier |= Q(created=job.created, pk__lt=job.pk)
         ahead += _waiting(other).filter(earlier).count()
     owner = lane.owner_id(job)
-    running = [_describe(l, j, owner) for l, j in _running_jobs(queue)]
+    running = [_describe(on, j, owner) for on, j in _running_jobs(queue)]
     running.sort(key=lambda r: (r["eta_s"] is None, r["eta_s"] or 0))
     elsewhere = []
     if queue == GPU_SHORT and not running:
-        elsewhere = [_describe(l, j, owner) for l, j in _running_jobs(GPU)]
+        elsewhere = [_describe(on, j, owner) for on, j in _running_jobs(GPU)]
         elsewhere.sort(key=lambda r: (r["eta_s"] is None, r["eta_s"] or 0))
     waited = max(0.0, (timezone.now() - job.created).total_seconds())
     result = {"position": ahead + 1, "running": len(running), "queue": queue,
