@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -61,11 +62,22 @@ def workers(env, tmp_path, *specs):
             stop(proc)
 
 
-def running_run(user, monkeypatch) -> Run:
+@pytest.fixture
+def scripted_dirs():
+    """Run dirs this test scripted, removed after it: run ids start again at 1 in the next session's test
+    database, and a later run #1 reusing the dir would follow this script (hang) instead of its own."""
+    dirs = []
+    yield dirs
+    for directory in dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def running_run(user, monkeypatch, scripted_dirs) -> Run:
     """A run that a gpu worker takes and holds (its trainer steps twice, then works on until cancelled)."""
     with monkeypatch.context() as m:
         m.setattr(run_services, "enqueue_run", lambda run: None)
         run = run_services.create_run(user, "long", make_problem_set(user), TINY_OVERRIDES)
+    scripted_dirs.append(run.path)
     (run.path / "scripted.json").write_text(json.dumps({"steps": 2, "then": "hang"}))
     run_services.enqueue_run(run)
     wait_for(lambda: Run.objects.get(pk=run.pk).step == 2, 90, "the run holds the gpu worker", interval=0.2)
@@ -93,9 +105,9 @@ def finished(probe: Probe) -> Probe:
 
 
 def test_a_probe_queued_behind_a_run_starts_on_the_short_job_worker_while_the_run_goes_on(
-        env, user, tmp_path, monkeypatch):
+        env, user, tmp_path, monkeypatch, scripted_dirs):
     with workers(env, tmp_path, GPU_WORKER, SHORT_WORKER):
-        run = running_run(user, monkeypatch)
+        run = running_run(user, monkeypatch, scripted_dirs)
         probe = finished(queued_probe(user, monkeypatch))
         run.refresh_from_db()
         assert run.status == "running" and run.finished is None, "the probe ran only after the run"
@@ -107,9 +119,9 @@ def test_a_probe_queued_behind_a_run_starts_on_the_short_job_worker_while_the_ru
 
 
 def test_without_a_short_job_worker_a_probe_waits_for_the_run_and_says_what_it_waits_for(
-        env, user, tmp_path, monkeypatch):
+        env, user, tmp_path, monkeypatch, scripted_dirs):
     with workers(env, tmp_path, GPU_WORKER):
-        run = running_run(user, monkeypatch)
+        run = running_run(user, monkeypatch, scripted_dirs)
         probe = queued_probe(user, monkeypatch)
         time.sleep(5)  # ample for an idle worker to take it; the busy gpu worker prefetches nothing
         probe.refresh_from_db()
