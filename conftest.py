@@ -106,13 +106,13 @@ def _await_other_sessions(django_db_blocker, timeout_s: float = 10.0) -> None:
 
 @pytest.fixture
 def celery_worker(service_env, transactional_db, tmp_path, installed_demo_models):
-    """A real Celery worker process consuming both queues; yields its node name."""
+    """A real Celery worker process consuming every queue (gpu, gpu_short, sandbox); yields its node name."""
     from webapp.celery import app
 
     app.control.purge()  # nothing left over from an earlier session may run against this database
     name = f"test-{os.getpid()}-{time.monotonic_ns()}@localhost"
     log = tmp_path / "worker.log"
-    proc = spawn([sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu,sandbox", "-c", "2",
+    proc = spawn([sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu,gpu_short,sandbox", "-c", "2",
                   "-n", name, "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "-l", "INFO"],
                  service_env, log)
     try:

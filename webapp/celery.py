@@ -1,4 +1,6 @@
-"""The Celery app. Queues: `gpu` (training runs, one worker process per GPU) and `sandbox`."""
+"""The Celery app. Queues (contracts: add, never rename): `gpu` (training runs, one worker process per
+GPU), `gpu_short` (short model jobs: difficulty probes, evaluations; a short-job worker beside the gpu
+workers, and any idle gpu worker, takes them: webapp.core.queueing) and `sandbox`."""
 import logging
 import os
 
@@ -13,7 +15,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # exchange and key (both "sandbox", from CELERY_TASK_DEFAULT_QUEUE): a task routed to either queue
 # was published with key "sandbox", matched both bindings and landed on both queues; the worker
 # banner showed it as "gpu exchange=sandbox key=sandbox".
-QUEUE_NAMES = ("gpu", "sandbox")
+QUEUE_NAMES = ("gpu", "gpu_short", "sandbox")
 app.conf.task_queues = tuple(Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUE_NAMES)
 
 

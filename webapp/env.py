@@ -98,6 +98,9 @@ VARIABLES: dict[str, Variable] = {
         shown="`./var` (`./var/test` for tests)"),
     "PORT": Variable("port of `make run`'s web server (127.0.0.1)", 8000, maximum=65535),
     "CRUCIBLE_GPU_WORKERS": Variable("worker processes on queue `gpu` started by `make run`", 1, maximum=1024),
+    "CRUCIBLE_GPU_SHORT_WORKERS": Variable(
+        "short-job workers (queue `gpu_short`: probes, evaluations) started by `make run` beside the gpu workers; "
+        "`0`: short jobs wait for an idle gpu worker", 1, minimum=0, maximum=64),
     "CRUCIBLE_VERBOSE": Variable(
         "`1` (`make run VERBOSE=1`): every service log line in `make run`'s terminal, not only warnings, errors "
         "and run state changes (all are always in `$CRUCIBLE_DATA_DIR/logs/`)", False),

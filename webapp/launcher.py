@@ -112,10 +112,15 @@ def child_commands(port: int) -> dict[str, list[str]]:
     from webapp import env as envmod
 
     gpu_workers = str(envmod.read("CRUCIBLE_GPU_WORKERS"))
+    short_workers = envmod.read("CRUCIBLE_GPU_SHORT_WORKERS")
     celery = [sys.executable, "-m", "celery", "-A", "webapp", "worker", "--loglevel", "INFO",
               "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle"]
+    # Queue contract (webapp.core.queueing): a gpu worker takes runs, and short jobs while it is idle; the
+    # short-job worker takes only short jobs (probes, evaluations), so that none waits behind a run.
+    short = {"worker-gpu-short": celery + ["-Q", "gpu_short", "-c", str(short_workers), "-n", "gpu_short@%h"]}
     return {
-        "worker-gpu": celery + ["-Q", "gpu", "-c", gpu_workers, "-n", "gpu@%h"],
+        "worker-gpu": celery + ["-Q", "gpu,gpu_short", "-c", gpu_workers, "-n", "gpu@%h"],
+        **(short if short_workers else {}),
         # -B: the embedded beat (periodic lost-run check, settings.CELERY_BEAT_SCHEDULE).
         "worker-sandbox": celery + ["-Q", "sandbox", "-c", "2", "-n", "sandbox@%h", "-B",
                                     "-s", str(envmod.data_dir() / "celerybeat-schedule")],

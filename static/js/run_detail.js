@@ -2,7 +2,7 @@
 // /ws/runs/<id>/ (reconnects with backoff; passes since=<last step>&after=<last seq>; points keyed by
 // step so a replayed or repeated step never adds a second point).
 // What it reads off the API (tests/webapp/core/test_page_api_fields.py holds these to the API schema):
-// @api GET /api/runs/{run_id} queue
+// @api GET /api/runs/{run_id} queue queue.text
 // @api GET /api/runs/{run_id}/checkpoints [].step [].kind [].heldout_pass_at_1 [].size_bytes [].best [].download_url
 // The embedded state (webapp/runs/views.py) and the run's events (docs/design.md "Training run events"):
 // @reads-elsewhere config_facts problems_per_step epochs_per_batch single_minibatch kl_coef mismatch_kl_threshold last_seq
@@ -264,6 +264,7 @@
 
   function queueText(q) {
     if (!q) return "waiting for a worker";
+    if (q.text) return q.text;  // the server's line: place, and the runs it waits for with their ETA
     var running = q.running ? q.running + " run" + (q.running > 1 ? "s" : "") + " running" : "no run running";
     if (q.position === 1) return "next in line (" + running + ")";
     return "number " + q.position + " in line (" + (q.position - 1) + " queued ahead, " + running + ")";

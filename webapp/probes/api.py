@@ -26,11 +26,12 @@ class ProbeIn(Schema):
 
 
 @router.post("/{int:problem_set_id}/probe", response={202: ProbeState, 400: FieldError, 409: Message},
-             summary="Estimate the difficulty of the set's problems (a job on the gpu queue)",
+             summary="Estimate the difficulty of the set's problems (a job on the gpu_short queue)",
              description="Samples `samples` candidates per problem from `model` (+ `adapter`) with the sampling "
                          "settings of the model's preset or run, executes them in the sandbox and stores each "
                          "problem's pass rate; `GET /api/problem-sets/{id}` follows it under `probe`. A model "
                          "name you may not use is a 400 that names the field and tells nothing about the server; "
+                         "while it waits, `probe.queue` says where it stands and what it waits for; "
                          "409 while the set is imported or another probe of it is under way.")
 def probe(request: HttpRequest, problem_set_id: int, payload: ProbeIn):
     ps = get_object_or_404(visible_sets(request).select_related("owner"), pk=problem_set_id)

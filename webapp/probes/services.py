@@ -6,7 +6,8 @@ difficulty probe" and the API table's probe row, issue #11). The ``Probe`` row i
 - ``request_probe``: check the model the user named the way the run form does (``runs.model_refs``:
   a preset or installed model, a hub id, a checkpoint of the user's own run; never a path), bound
   the sample count, create the ``Probe`` and publish ``problems.probe`` (``PROBE_JOB``, routed to the
-  ``gpu`` queue) after the commit.
+  ``gpu_short`` queue: a short-job worker, or an idle gpu worker, takes it, never behind a run) after
+  the commit. While it waits, ``Probe.queue_place`` says where it stands (``webapp.core.queueing``).
 - ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
   as a child process (``webapp.core.trainer_process``, as for a run): the set written out as native
   JSONL and the output file under the set's data dir (``Probe.directory``),
@@ -30,7 +31,7 @@ from django.db import transaction
 from training.config import ConfigError, config_from_dict, save_config
 from training.difficulty import ProbeFileError, read_probe
 
-from webapp.core import trainer_process
+from webapp.core import queueing, trainer_process
 from webapp.core.jobs import DurableJob, Pending
 from webapp.core.jsonsafe import db_safe
 from webapp.problems.models import Probe, ProblemSet
@@ -151,13 +152,17 @@ def publish_probe(probe_id: int) -> bool:
 
 
 def probe_command(probe: Probe, resolved, directory: Path) -> list[str]:
+    """The probe's CLI command; with ``--threads`` (half the cores) when a run holds this host's CPU, so
+    that the two do not oversubscribe it (``queueing.short_job_threads``)."""
     adapters = [*resolved.adapters]
     if probe.adapter:
         adapters += resolve_model(probe.adapter, probe.requested_by).adapters[-1:]
+    threads = queueing.short_job_threads()
     return [sys.executable, "-m", "training", "probe", "--model", resolved.name_or_path,
             *[arg for a in adapters for arg in ("--adapter", a)],
             "--problems", str(directory / "problems.jsonl"), "--split", probe.split, "--samples", str(probe.samples),
-            "--config", str(directory / "probe.yaml"), "--out", str(directory / "probe.jsonl")]
+            "--config", str(directory / "probe.yaml"), "--out", str(directory / "probe.jsonl"),
+            *(["--threads", str(threads)] if threads else [])]
 
 
 def run_probe(probe_id: int) -> Probe | None:

@@ -1,5 +1,5 @@
 """Celery tasks of difficulty probes: the probe itself (`problems.probe`, its name from when probes were
-the problems app's; routed to `gpu`) and the sweep (`probes.sweep`, beat, on `sandbox`)."""
+the problems app's; routed to `gpu_short`) and the sweep (`probes.sweep`, beat, on `sandbox`)."""
 # The configured app, not `shared_task` (see webapp.problems.tasks).
 from webapp.celery import app
 

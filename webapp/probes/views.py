@@ -31,7 +31,7 @@ def request_probe(request: HttpRequest, pk: int) -> HttpResponse:
         except services.ProbeConflict as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, "Difficulty probe queued on the gpu workers.")
+            messages.success(request, "Difficulty probe queued; the card below says where it stands.")
             return redirect(f"{reverse('problems:detail', args=[pk])}#probe")
     _, problems = filtered_problems(problem_set, {})
     page = Paginator(problems, PAGE_SIZE).get_page(1)

@@ -8,6 +8,8 @@ from ninja import Field, File, Form, Router, Schema
 from ninja.responses import Status
 from ninja.files import UploadedFile
 
+from webapp.core.queueing import QueuePlaceOut
+
 from . import curation, services
 from .models import ProblemSet
 from .views import export_filename, export_lines
@@ -116,6 +118,8 @@ class ProbeState(Schema):
     finished: str | None
     in_progress: bool = Field(description="pending or running")
     progress_text: str = Field(description="the set page's line while the probe is under way; empty after")
+    queue: QueuePlaceOut | None = Field(None, description="while pending: where it stands on its queue and what "
+                                                          "it waits for")
     results: list[ProbeRow] = Field(description="per problem, in the set's order, once done")
 
 

@@ -8,6 +8,7 @@ from django.db import models, transaction
 from django.template.defaultfilters import filesizeformat, pluralize
 from django.utils import timezone
 
+from webapp.core import queueing
 from webapp.core.models import LockedRow, OwnedQuerySet, TrainerJob, TransitionError
 
 __all__ = ["Problem", "ProblemSet", "ProblemValidation", "Probe", "TransitionError"]
@@ -493,9 +494,19 @@ class Probe(TrainerJob):
     @property
     def progress_text(self) -> str:
         """The set page's line while the probe is under way (empty once it ended)."""
+        return self._progress_text(self.queue_place())
+
+    def _progress_text(self, place: dict | None) -> str:
         if self.status == self.Status.RUNNING:
             return f"{self.done} of {self.total} problems probed…"
-        return "queued on the gpu workers…" if self.status == self.Status.PENDING else ""
+        if self.status != self.Status.PENDING:
+            return ""
+        return place["text"] + "…" if place else "queued on the gpu workers…"
+
+    def queue_place(self) -> dict | None:
+        """Where the pending probe stands on its queue and what it waits for (``webapp.core.queueing``:
+        the probes app declares the lane); None once it left the queue."""
+        return queueing.place(self) if self.status == self.Status.PENDING else None
 
     @property
     def reference(self) -> str:
@@ -508,10 +519,11 @@ class Probe(TrainerJob):
 
     def state(self, *, results: bool = True) -> dict:
         """The API's ``probe`` object of a problem set (and of ``POST .../probe``)."""
+        place = self.queue_place()
         state = {"id": self.pk, "status": self.status, "model": self.model, "adapter": self.adapter or None,
                  "samples": self.samples, "done": self.done, "total": self.total, "error": self.error,
                  "summary": self.summary or None, "reference": self.reference,
-                 "in_progress": self.in_progress, "progress_text": self.progress_text,
+                 "in_progress": self.in_progress, "progress_text": self._progress_text(place), "queue": place,
                  "created": self.created.isoformat(), "finished": self.finished.isoformat() if self.finished else None}
         rates = self.solve_rates()
         state["results"] = [{"problem_id": r["problem_id"], "solve_rate": rates[r["problem_id"]],

@@ -14,6 +14,7 @@ from ninja.responses import Status
 from sandbox.flags import FLAGS
 from training.config import ConfigError, json_schema
 
+from webapp.core.queueing import QueuePlaceOut
 from webapp.problems.models import ProblemSet
 
 from . import queries, services
@@ -84,9 +85,9 @@ class RunItem(Schema):
     finished: str | None
 
 
-class QueueOut(Schema):
-    position: int  # 1 = the next run a gpu worker takes
-    running: int  # runs holding a gpu worker now (every user's; none named)
+class QueueOut(QueuePlaceOut):
+    """A queued run's place on the gpu queue: ``position`` (1 = the next run a gpu worker takes) and
+    ``running`` (runs holding a gpu worker now, every user's) as before, and what it waits for."""
 
 
 class RunOut(Schema):

@@ -9,6 +9,8 @@ from django.db.models import Count, Q
 
 from sandbox.result import Outcome
 
+from webapp.core import queueing
+
 from .archive import best_checkpoint_ids, heldout_points
 from .models import SUPERVISED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
 
@@ -47,15 +49,12 @@ def run_summary(run: Run) -> dict:
 
 
 def queue(run: Run) -> dict | None:
-    """Where a queued run stands on the gpu queue: ``{position (1 = next), running}``; None once it left.
+    """Where a queued run stands on the gpu queue: ``{position (1 = next), running, ..., text}``
+    (``webapp.core.queueing.place``); None once it left.
 
-    Counts every user's runs (the queue is shared) but names none of them.
+    Counts every user's runs (the queue is shared) but names only the owner's own.
     """
-    if run.status != Run.Status.QUEUED:
-        return None
-    ahead = Run.objects.filter(status=Run.Status.QUEUED, created__lt=run.created).count()
-    running = Run.objects.filter(status__in=SUPERVISED_STATUSES).count()
-    return {"position": ahead + 1, "running": running}
+    return queueing.place(run)
 
 
 def experiment_rows(runs) -> list[dict]:

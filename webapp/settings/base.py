@@ -135,7 +135,9 @@ CELERY_TASK_ROUTES = {
     "runs.fail_lost_runs": {"queue": "sandbox"},
     "runs.republish_queued_runs": {"queue": "sandbox"},
     "runs.*": {"queue": "gpu"},
-    "problems.probe": {"queue": "gpu"},  # samples from a model: where the GPUs are
+    # Samples from a model for seconds to minutes: the short-job lane of the gpu workers (a worker of its
+    # own, and any idle gpu worker), never behind a run (webapp.core.queueing).
+    "problems.probe": {"queue": "gpu_short"},
     "problems.*": {"queue": "sandbox"},
     "probes.*": {"queue": "sandbox"},
     "core.*": {"queue": "sandbox"},

@@ -4,7 +4,8 @@ from webapp.celery import app
 
 def test_each_queue_has_its_own_exchange_and_routing_key():
     declared = {name: (q.exchange.name, q.exchange.type, q.routing_key) for name, q in app.amqp.queues.items()}
-    assert declared == {"gpu": ("gpu", "direct", "gpu"), "sandbox": ("sandbox", "direct", "sandbox")}
+    assert declared == {"gpu": ("gpu", "direct", "gpu"), "gpu_short": ("gpu_short", "direct", "gpu_short"),
+                        "sandbox": ("sandbox", "direct", "sandbox")}
 
 
 def test_a_training_task_is_published_only_where_gpu_workers_listen():
@@ -12,6 +13,11 @@ def test_a_training_task_is_published_only_where_gpu_workers_listen():
     assert route["queue"].name == "gpu" and route["queue"].routing_key == "gpu"
     route = app.amqp.router.route({}, "problems.validate", args=(1,), kwargs={})
     assert route["queue"].name == "sandbox" and route["queue"].routing_key == "sandbox"
+
+
+def test_a_probe_goes_to_the_short_job_lane_not_behind_the_runs():
+    route = app.amqp.router.route({}, "problems.probe", args=(1,), kwargs={})
+    assert route["queue"].name == "gpu_short" and route["queue"].routing_key == "gpu_short"
 
 
 def test_the_worker_banner_says_so():

@@ -251,7 +251,7 @@ def test_the_page_form_queues_a_probe_and_refuses_bad_samples(client_alice, make
     r = client_alice.post(f"/problem-sets/{ps.pk}/probe", {"model": "models/tiny", "samples": 2})
     assert r.status_code == 302 and Probe.objects.get().samples == 2
     page = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
-    assert 'data-status="pending"' in page and "queued on the gpu workers" in page and 'id="probe-form"' not in page
+    assert 'data-status="pending"' in page and "1st in line on the short-job lane" in page and 'id="probe-form"' not in page
     Probe.objects.update(status="done")  # once it has ended, the form offers the same again
     page = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
     samples = page.split('id="probe-form"')[1].split('name="samples"')[1].split(">")[0]
@@ -311,7 +311,7 @@ def test_the_run_page_says_what_the_filter_dropped():
 
 def test_a_probe_runs_on_a_real_worker_and_a_run_filters_by_it(celery_worker, user, installed_demo_models,
                                                                 monkeypatch):
-    """`problems.probe` on the gpu queue runs `python -m training probe` on the tiny model."""
+    """`problems.probe` on the gpu_short queue runs `python -m training probe` on the tiny model."""
     from django.conf import settings
 
     from webapp.problems.services import create_problem_set
