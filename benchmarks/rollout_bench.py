@@ -17,8 +17,11 @@ reloaded (``vllm.sync: weights``, the CPU default). One untimed call, then ``--r
 tokens/s = sampled tokens / wall seconds (median call).
 
 Step: a whole RL step with each engine (train_step_bench's workload and ``run_ours``: the same 16 x 8 x 128,
-sandbox, LoRA r 8, KL 0.04, one optimizer step; phase threads as the product runs them), one untimed step
-then ``--steps`` timed ones, median wall seconds; the vLLM rows also report the step's mismatch KL (bfloat16
+sandbox, LoRA r 8, KL 0.04, one optimizer step; phase threads as the product runs them; the default completion
+stop strings, as a run samples), one untimed step
+then ``--steps`` timed ones, median wall seconds and the generated tokens/s inside the step (sampled tokens / the
+step's rollout seconds: what sampling yields the way a step samples, beside the engine-alone rows above); the vLLM
+rows also report the step's mismatch KL (bfloat16
 sampler vs float32 trainer). A third row runs vLLM with ``sampling.staleness: 1``: step k + 1 is sampled by
 the server while step k updates (one step off-policy), so the step costs the longer of the two, not their sum.
 The vLLM rows name their ``vllm.sync``: ``adapter`` (hot-loaded LoRA) or ``weights`` (reloaded merged weights).
@@ -135,10 +138,12 @@ def measure_step(model_dir: str, row: str, steps: int) -> dict:
     engine_name = "hf" if row == "hf" else "vllm"
     with tempfile.TemporaryDirectory(prefix="rollout-bench-problems-") as tmp:
         problems = T.write_problem_file(Path(tmp) / "problems.jsonl")
-        result = T.run_ours(model_dir, str(problems), steps + 1, None, False, engine=engine_name,
+        # stop strings on: the run's default (sampling.stop null = the completion stops), as a step samples
+        result = T.run_ours(model_dir, str(problems), steps + 1, None, True, engine=engine_name,
                             staleness=1 if row == "vllm-ahead" else 0, sync=STEP_SYNC.get(row, "auto"))
     timed = result["steps"][1:]
-    out = {"engine": row, "step_s": statistics.median(t["wall_s"] for t in timed)}
+    out = {"engine": row, "step_s": statistics.median(t["wall_s"] for t in timed),
+           "tokens_per_s": statistics.median(t["tokens"] / t["rollout_s"] for t in timed if t.get("rollout_s"))}
     for key in ("rollout_s", "sandbox_s", "update_s", "sync_s", "wait_s", "mismatch_kl"):
         values = [t[key] for t in timed if t.get(key) is not None]
         out[key] = statistics.median(values) if values else None
@@ -202,9 +207,9 @@ def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float
     if steps:
         lines += ["", f"Whole RL step (train_step_bench's workload, sandbox and update included; median of "
                       f"{args.steps} timed steps after one):", "",
-                  "| architecture | engine | step s | vs hf | rollout s | sandbox s | update s | waited for the "
-                  "rollout s | engine sync s | mismatch KL |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| architecture | engine | step s | vs hf | rollout s | tokens/s in the step | sandbox s | update s | "
+                  "waited for the rollout s | engine sync s | mismatch KL |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         labels = {"hf": "hf", "vllm-adapter": "vllm, `sync: adapter`", "vllm": "vllm, `sync: weights`",
                   "vllm-ahead": "vllm, `sync: weights`, `staleness: 1`"}
         for arch, rows in steps.items():
@@ -216,7 +221,7 @@ def markdown(gen: dict, steps: dict, args: argparse.Namespace, load: tuple[float
                 kl = "–" if r.get("mismatch_kl") is None else f"{r['mismatch_kl']:.1e}"
                 lines.append(f"| {arch_names[arch]} | {labels[name]} | {fmt(r['step_s'])} | "
                              f"{r['step_s'] / rows['hf']['step_s']:.2f}x | {fmt(r['rollout_s'])} | "
-                             f"{fmt(r['sandbox_s'])} | {fmt(r['update_s'])} | {fmt(r.get('wait_s'))} | "
+                             f"{fmt(r.get('tokens_per_s'), 0)} | {fmt(r['sandbox_s'])} | {fmt(r['update_s'])} | {fmt(r.get('wait_s'))} | "
                              f"{fmt(r.get('sync_s'), 3)} | {kl} |")
         if "qwen3_5" in steps:
             q = steps["qwen3_5"]

@@ -14,7 +14,7 @@ import torch
 
 from training.config import ConfigError, ModelConfig, SamplingConfig, config_from_dict
 from training.engines import EngineError
-from training.engines.vllm import VLLMEngine, resolve_sync
+from training.engines.vllm import VLLMEngine, resolve_sync, sync_reason
 from training.policy import load_policy, merged_state_dict
 
 
@@ -30,6 +30,10 @@ from training.policy import load_policy, merged_state_dict
 def test_auto_sync_picks_weights_for_a_full_fine_tune_and_the_cpu_build_else_the_adapter(
         requested, full, own, cuda, expected):
     assert resolve_sync(requested, full_finetune=full, own_server=own, cuda=cuda) == expected
+    why = sync_reason(requested, full_finetune=full, own_server=own, cuda=cuda)
+    assert why.startswith("auto: " if requested == "auto" else "set in the run config")
+    if requested == "auto" and own and not cuda and not full:  # the CPU choice says what it rests on
+        assert "measured" in why and "RESULTS.md" in why and "vllm.sync: adapter" in why
 
 
 def test_a_full_fine_tune_with_vllm_needs_weights_sync_and_the_refusal_names_vllm_sync():

@@ -80,6 +80,8 @@ class VLLMEngine:
         prefill is split across steps, which CPU generators cannot do ('CPU Generator does not use offset' kills
         the engine), so a CPU server samples from its own seeded stream and candidates are not repeatable there."""
         self.max_stops = max_stops
+        self.sync_why = ""
+        """Why the run syncs by ``sync_mode`` (``sync_reason``), shown in the runtime block."""
         """Stop strings sent per request (vLLM ends a sequence at them; more than the server takes is a 400)."""
         self._pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="vllm-request")
 
@@ -199,7 +201,7 @@ class VLLMEngine:
 
     def describe(self) -> dict:
         return {"name": self.name, "version": version(self.url), "url": self.url, "dtype": self.dtype,
-                "sync": self.sync_mode, "log": ENGINE_LOG if self.server else None}
+                "sync": self.sync_mode, "sync_why": self.sync_why, "log": ENGINE_LOG if self.server else None}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -255,7 +257,8 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
     import torch
 
     cuda = torch.cuda.is_available()
-    mode = resolve_sync(vcfg.sync, full_finetune=config.model.lora is None, own_server=vcfg.url is None, cuda=cuda)
+    mode, why = _sync_choice(vcfg.sync, full_finetune=config.model.lora is None, own_server=vcfg.url is None,
+                             cuda=cuda)
     server = None
     if vcfg.url is None:
         base = _served_base(model_config, engine_dir)
@@ -277,6 +280,7 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
     engine = VLLMEngine(url, tokenizer, eos_ids=eos_token_ids(model, tokenizer), adapter_dir=engine_dir / "adapter",
                         server=server, dtype=dtype if server else vcfg.dtype, seeded=seeded, sync_mode=mode,
                         weights_dir=engine_dir / "weights", max_stops=MAX_STOP_STRINGS if server else MAX_API_STOPS)
+    engine.sync_why = why
     try:
         if server is None:
             engine.base_name = engine.model_name = _served_model(url)
@@ -288,15 +292,36 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
 
 
 def resolve_sync(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> str:
-    """``vllm.sync`` as the run uses it: ``auto`` is ``weights`` for a full fine-tune (no adapter to load) and for
-    a server of the run's own on a machine without CUDA (vLLM's CPU build samples through an adapter at about
-    half its base speed, and reloading a small model's weights costs little), else ``adapter`` (on a GPU the
-    LoRA kernels cost little and an adapter is a few MB where the weights are the whole model)."""
+    """``vllm.sync`` as the run uses it (``sync_reason`` says why, for the run page)."""
+    return _sync_choice(requested, full_finetune=full_finetune, own_server=own_server, cuda=cuda)[0]
+
+
+def sync_reason(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> str:
+    """Why the run syncs as it does, in a sentence the runtime block shows."""
+    return _sync_choice(requested, full_finetune=full_finetune, own_server=own_server, cuda=cuda)[1]
+
+
+def _sync_choice(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> tuple[str, str]:
+    """``auto`` is ``weights`` for a full fine-tune (no adapter to load) and for a server of the run's own on a
+    machine without CUDA, else ``adapter`` (on a GPU the LoRA kernels cost little and an adapter is a few MB where
+    the weights are the whole model).
+
+    On CPU the choice follows a measurement, not the run's own model: vLLM's CPU build sampled a LoRA policy
+    through its LoRA path at 33% of its base speed and as reloaded merged weights at 97% on the tiny Qwen3.5
+    (RESULTS.md, rollout-bench), while a reload costs a small model little. Measuring both on the run's own
+    model would take a second server start (a minute or more on CPU) before step 1, so auto does not; set
+    vllm.sync to force the other."""
     if requested != "auto":
-        return requested
-    if full_finetune or (own_server and not cuda):
-        return "weights"
-    return "adapter"
+        return requested, "set in the run config (vllm.sync)"
+    if full_finetune:
+        return "weights", "auto: a full fine-tune has no adapter to load"
+    if own_server and not cuda:
+        return "weights", ("auto: on CPU vLLM's LoRA path sampled at a third of its base speed and reloaded merged "
+                           "weights at 97% (measured on the tiny Qwen3.5, RESULTS.md); this model is not measured "
+                           "at start (a second server start), set vllm.sync: adapter to compare")
+    if not own_server:
+        return "adapter", "auto: a server of yours (vllm.url) may not serve weight reloads"
+    return "adapter", "auto: on a GPU an adapter is a few MB per step and the LoRA kernels cost little"
 
 
 def _adapter_rank(model: Any) -> int | None:

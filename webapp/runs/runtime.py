@@ -92,7 +92,8 @@ def engine_text(engine: dict) -> str:
     parts.append("server started for this run" if engine.get("log") else f"server {engine.get('url')}")
     sync = {"adapter": "LoRA adapter hot-loaded each step", "weights": "weights reloaded each step"}
     if engine.get("sync") in sync:
-        parts.append(sync[engine["sync"]])
+        why = engine.get("sync_why")
+        parts.append(sync[engine["sync"]] + (f" ({why})" if isinstance(why, str) and why else ""))
     return " · ".join(parts)
 
 

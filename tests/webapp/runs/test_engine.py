@@ -134,6 +134,10 @@ def test_the_runtime_panel_shows_the_engine_and_links_its_log(client, client_ali
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert "vLLM 0.32.0 · bfloat16 · server started for this run · weights reloaded each step" in html
     assert f'href="/runs/{run.pk}/engine-log"' in html
+    from webapp.runs.runtime import engine_text  # the reason auto chose the sync follows it
+
+    why = "auto: on CPU vLLM's LoRA path sampled at a third of its base speed"
+    assert engine_text({**engine, "sync_why": why}).endswith(f"weights reloaded each step ({why})")
     log = client_alice.get(f"/runs/{run.pk}/engine-log")
     assert log.status_code == 200 and log.content.decode().endswith("INFO ready\n")
     assert "earlier bytes left out" in log.content.decode() and len(log.content) < 70_000
