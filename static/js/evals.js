@@ -1,5 +1,7 @@
 // The evaluation pages: while an evaluation is under way its page (and the comparison table's rows)
 // reload from the JSON API, so progress and the numbers appear without a manual refresh.
+// @api GET /api/evals/{evaluation_id} in_progress done progress_text
+// @api GET /api/evals [].id [].status [].done [].total
 (function () {
   "use strict";
   var summary = document.getElementById("eval-summary");
