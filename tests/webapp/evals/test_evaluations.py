@@ -213,3 +213,29 @@ def test_the_checkpoints_model_card_carries_its_benchmark_numbers_beside_the_bas
     assert "| humaneval:3 | base model (before training) | 4 | 0 | 8.3% |" in section
     assert "| humaneval:3 | this checkpoint (step 2) | 4 | 0 | 41.7% |" in section
     assert card.index("## Result") < card.index("## Benchmarks") < card.index("## Data")
+
+
+def test_an_evaluation_whose_worker_died_is_failed_by_the_sweep(user, eval_dirs):
+    import socket
+    import subprocess
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.evals.tasks import sweep
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # a pid nobody has now
+    now = timezone.now()
+    common = dict(owner=user, model="models/tiny", suite="humaneval:2", samples=2, ks=[1, 2])
+    lost = Evaluation.objects.create(**common, status="cancelling", worker_host=socket.gethostname(),
+                                     worker_pid=proc.pid, heartbeat=now)
+    alive = Evaluation.objects.create(**common, status="running", worker_host="gpu-host-2", worker_pid=1, heartbeat=now)
+    stale = Evaluation.objects.create(**common, status="running", worker_host="gpu-host-2", worker_pid=1,
+                                      heartbeat=now - timedelta(minutes=10))
+    sweep()
+    for evaluation in (lost, stale):
+        evaluation.refresh_from_db()
+        assert evaluation.status == "failed" and "died before it finished" in evaluation.error
+    alive.refresh_from_db()
+    assert alive.status == "running"
