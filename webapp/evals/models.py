@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from webapp.core.models import OwnedQuerySet, TrainerJob
@@ -118,6 +118,23 @@ class Evaluation(TrainerJob):
     def release(self) -> None:
         """running -> pending: the worker is being stopped; the redelivered task evaluates again."""
         Evaluation.objects.filter(pk=self.pk, status=self.Status.RUNNING).update(status=self.Status.PENDING)
+
+    def cancel(self) -> bool:
+        """pending -> cancelled at once; running -> cancelling (its supervisor stops the child and finishes it
+        cancelled); cancelling stays. False when it is already over (nothing changed)."""
+        with transaction.atomic():
+            job = self._locked()
+            if job is None or job.status in self.FINISHED:
+                if job is not None:
+                    self._refresh_from(job)
+                return False
+            if job.status == self.Status.PENDING:
+                job.status, job.error, job.finished = self.Status.CANCELLED, "cancelled before it started", timezone.now()
+            elif job.status == self.Status.RUNNING:
+                job.status = self.Status.CANCELLING
+            job.save()
+            self._refresh_from(job)
+            return True
 
     def record_progress(self, done: int) -> None:
         Evaluation.objects.filter(pk=self.pk).update(done=done)

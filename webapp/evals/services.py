@@ -189,18 +189,9 @@ def publish_evaluation(evaluation_id: int) -> bool:
 
 
 def cancel_evaluation(evaluation: Evaluation) -> Evaluation:
-    """pending -> cancelled at once; running -> cancelling (its supervisor stops the child and finishes it
-    cancelled); EvalConflict when it is over."""
-    with transaction.atomic():
-        locked = Evaluation.objects.select_for_update().get(pk=evaluation.pk)
-        if locked.status in Evaluation.FINISHED:
-            raise EvalConflict(f"evaluation {locked.pk} is already {locked.status}")
-        if locked.status == Evaluation.Status.PENDING:
-            locked.finish(Evaluation.Status.CANCELLED, "cancelled before it started")
-        elif locked.status == Evaluation.Status.RUNNING:
-            locked.status = Evaluation.Status.CANCELLING
-            locked.save(update_fields=["status"])
-    evaluation.refresh_from_db()
+    """Stop ``evaluation`` (``Evaluation.cancel``) and tell the owner's pages; EvalConflict when it is over."""
+    if not evaluation.cancel():
+        raise EvalConflict(f"evaluation {evaluation.pk} is already {evaluation.status}")
     notify(evaluation)
     return evaluation
 
