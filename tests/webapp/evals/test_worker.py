@@ -51,6 +51,11 @@ def test_before_and_after_a_run_on_a_humaneval_subset_through_the_worker(celery_
     assert before.model == "models/tiny-qwen3_5" and after.model == f"run:{run.pk}/step-1"
     adapter_child = json.loads((after.directory / "eval.jsonl").read_text().splitlines()[-1])["summary"]
     assert adapter_child["suite"] == "humaneval:3" and adapter_child["seed"] == 1
+    # the child of "after" loaded the run's adapter on the base; the child of "before" the base alone
+    after_report = json.loads((after.directory / "stdout.log").read_text())
+    before_report = json.loads((before.directory / "stdout.log").read_text())
+    assert after_report["adapter"].endswith("step-1") and before_report["adapter"] is None
+    assert after_report["model"] == before_report["model"]
 
     # both on the comparison page, and on the checkpoint's model card
     client.force_login(user)
