@@ -63,9 +63,19 @@ def _parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="pass@k of a model (optionally + LoRA adapter) on a problem split")
     ev.add_argument("--model", required=True, help="hub id or local model directory")
-    ev.add_argument("--adapter", help="PEFT adapter directory to apply on top of --model")
-    ev.add_argument("--problems", type=Path, required=True, help="problem file (any importable format)")
-    ev.add_argument("--split", default="heldout", choices=("heldout", "train", "all"))
+    ev.add_argument("--adapter", action="append", default=[],
+                    help="PEFT adapter directory to apply on top of --model (repeatable: merged in order)")
+    ev_source = ev.add_mutually_exclusive_group(required=True)
+    ev_source.add_argument("--problems", type=Path, help="problem file (any importable format)")
+    ev_source.add_argument("--suite", help="a benchmark suite shipped offline by a package: humaneval, or "
+                                           "humaneval:N for its first N problems (training/suites.py)")
+    ev.add_argument("--split", default="heldout", choices=("heldout", "train", "all"),
+                    help="problems of --problems to evaluate (a --suite is all held-out)")
+    ev.add_argument("--out", type=Path, help="also write one JSON line per problem as it finishes, then "
+                                             "{\"summary\": ...} (the report without per_problem)")
+    ev.add_argument("--record", action="store_true",
+                    help="--out lines carry each problem's samples (code, reward, execution result)")
+    ev.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     ev.add_argument("--samples", type=int, default=8, help="completions per problem (n of pass@k)")
     ev.add_argument("--k", default=None, help="comma-separated k values, each <= samples (default 1,2,4,..)")
     ev.add_argument("--config", type=Path, help="take sampling settings from this run config")
@@ -259,14 +269,26 @@ def _parse_ks(text: str | None, samples: int) -> list[int] | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    import time
+
     if args.samples < 1:
         raise UsageError(f"--samples must be >= 1, got {args.samples}")
     ks = _parse_ks(args.k, args.samples)
     cfg = _config_from_args(args)
     check_model_path(args.model)
-    if args.adapter and not Path(args.adapter).is_dir():
-        raise UsageError(f"--adapter: adapter directory not found: {args.adapter}")
-    problems = _problems_of_split(args)
+    for adapter in args.adapter:
+        if not Path(adapter).is_dir():
+            raise UsageError(f"--adapter: adapter directory not found: {adapter}")
+    if args.suite is not None:
+        from training.suites import SuiteError, load_suite
+
+        try:
+            problems = load_suite(args.suite)
+        except SuiteError as e:
+            raise UsageError(f"--suite: {e}") from None
+    else:
+        problems = _problems_of_split(args)
+    out = _open_out(args.out)
     _set_threads(args.threads)
 
     from sandbox.remote import make_runner
@@ -274,18 +296,70 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from training.config import ModelConfig
 
-    model, tokenizer = load_model(args.model, args.adapter, cfg.model.dtype)
-    with _sampler(cfg, model, tokenizer, ModelConfig(name_or_path=args.model, lora=None), problems) as sampler, \
-            make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend, workers=cfg.sandbox.workers,
-                        mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
-                        memory_mb=cfg.sandbox.memory_mb) as runner:
-        report = evaluate(sampler, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
-                          generator_seed=args.seed, feedback=cfg.feedback)
-    if not args.per_problem:
-        report.pop("per_problem", None)
-    report.update(model=args.model, adapter=args.adapter, split=args.split)
+    if len(args.adapter) > 1:  # a checkpoint of a run that started from another run's checkpoint: merged, in order
+        import torch
+
+        from training.kernels import KernelRefused
+        from training.policy import ModelLoadError, load_policy
+
+        try:
+            policy = load_policy(ModelConfig(name_or_path=args.model, dtype=cfg.model.dtype, lora=None,
+                                             adapters=tuple(args.adapter)),
+                                 device="cuda" if torch.cuda.is_available() else None, kl_coef=0.0)
+        except (ModelLoadError, KernelRefused) as e:
+            raise UsageError(str(e)) from None
+        model, tokenizer = policy.model, policy.tokenizer
+    else:
+        model, tokenizer = load_model(args.model, args.adapter[0] if args.adapter else None, cfg.model.dtype)
+    started, done = time.monotonic(), 0
+
+    def on_problem(problem_id: str, entry: dict) -> None:
+        nonlocal done
+        done += 1
+        if out is not None:
+            out.write(json.dumps({"problem_id": problem_id, **entry}) + "\n")
+            out.flush()
+        if not args.no_progress:
+            elapsed = time.monotonic() - started
+            print(f"eval {done}/{len(problems)} problems | {elapsed:.1f} s | "
+                  f"ETA {elapsed / done * (len(problems) - done):.0f} s", file=sys.stderr, flush=True)
+
+    try:
+        with _sampler(cfg, model, tokenizer, ModelConfig(name_or_path=args.model, lora=None), problems) as sampler, \
+                make_runner(endpoints=cfg.sandbox.endpoints, backend=cfg.sandbox.backend, workers=cfg.sandbox.workers,
+                            mode=cfg.sandbox.mode, timeout_s=cfg.sandbox.timeout_s,
+                            memory_mb=cfg.sandbox.memory_mb) as runner:
+            report = evaluate(sampler, tokenizer, problems, cfg.sampling, samples=args.samples, ks=ks, runner=runner,
+                              generator_seed=args.seed, feedback=cfg.feedback, on_problem=on_problem,
+                              record=args.record and out is not None)
+        for entry in report["per_problem"].values():
+            entry.pop("candidates", None)  # they went to --out
+        if not args.per_problem:
+            report.pop("per_problem", None)
+        report.update(model=args.model, adapter=(args.adapter[0] if len(args.adapter) == 1 else args.adapter or None),
+                      split="heldout" if args.suite else args.split, seed=args.seed)
+        if args.suite is not None:
+            report["suite"] = args.suite
+        if out is not None:
+            out.write(json.dumps({"summary": {k: v for k, v in report.items() if k != "per_problem"}}) + "\n")
+    finally:
+        if out is not None:
+            out.close()
     print(json.dumps(report))
     return 0
+
+
+def _open_out(path: Path | None):
+    """``--out`` opened for writing (parents made), or None; a usage error naming it when it cannot be."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise UsageError(f"--out {path} is a directory; give a file path such as {path / 'eval.jsonl'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--out: cannot write {path}: {e.strerror or e}") from None
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

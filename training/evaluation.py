@@ -45,7 +45,8 @@ def default_ks(samples: int) -> list[int]:
 def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: SamplingConfig, *, samples: int,
              ks: Sequence[int] | None = None, runner: BatchRunner, generator_seed: int | None = 0,
              prompts_per_batch: int = 16, on_candidate: Callable[[Any, str, dict], None] | None = None,
-             record: bool = False, reward: Any = None, timeout_s: float | None = None, feedback: Any = None) -> dict:
+             record: bool = False, reward: Any = None, timeout_s: float | None = None, feedback: Any = None,
+             on_problem: Callable[[str, dict], None] | None = None) -> dict:
     """Sample ``samples`` completions per problem with ``sampling``, execute them, and estimate pass@k.
 
     Returns ``{"pass@1": float, "pass@k": {"4": float, ...}, "per_problem": {problem_id: {"n", "c",
@@ -66,6 +67,10 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     With ``sampling.turns > 1`` each sample is a repair trajectory (training/turns.py, ``feedback`` the
     run's ``FeedbackConfig``): ``pass@1``/``pass@k`` count a sample that passes by its last turn, and
     ``pass@1/turn1`` (also per problem) one that passes at its first.
+
+    ``on_problem(problem_id, entry)`` sees each problem as soon as all its samples are scored (in the
+    problems' order, a batch of ``prompts_per_batch`` at a time): ``entry`` is its ``per_problem`` entry
+    plus ``pass@k`` (``{"k": float}`` for each k other than 1) and, with ``record``, ``candidates``.
     """
     from training.engines import as_engine
     from training.rollout import start_rollout
@@ -86,6 +91,7 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
     first_counts: dict[str, int] = {p.id: 0 for p in problems}  # id -> samples passing at turn 1
     recorded: dict[str, list[dict]] = {p.id: [] for p in problems}
     test_rates: list[float] = []
+    multi_turn = getattr(sampling, "turns", 1) > 1
     engine = as_engine(model, tokenizer)
     model = getattr(engine, "model", None)  # the hf engine samples this process's model: eval mode
     was_training = getattr(model, "training", False)
@@ -109,10 +115,19 @@ def evaluate(model: Any, tokenizer: Any, problems: Sequence[Any], sampling: Samp
                     on_candidate(by_id[rec.problem_id], rec.text, rec.result)
                 if record:
                     recorded[rec.problem_id].append(rec.event_dict())
+            if on_problem is not None:
+                for p in chunk:
+                    n, c = counts[p.id]
+                    entry = {"n": n, "c": c, "pass@1": pass_at_k(n, c, 1),
+                             "pass@k": {str(k): pass_at_k(n, c, k) for k in ks if k != 1}}
+                    if multi_turn:
+                        entry["pass@1/turn1"] = pass_at_k(n, first_counts[p.id], 1)
+                    if record:
+                        entry["candidates"] = recorded[p.id]
+                    on_problem(p.id, entry)
     finally:
         if was_training:
             model.train()
-    multi_turn = getattr(sampling, "turns", 1) > 1
     per_problem = {pid: {"n": n, "c": c, "pass@1": pass_at_k(n, c, 1)} for pid, (n, c) in counts.items()}
     if multi_turn:
         for pid, entry in per_problem.items():

@@ -46,4 +46,4 @@ def end_orphaned_engines(**_) -> None:
     end_orphaned_servers(log=logging.getLogger(__name__).warning)
 
 
-app.autodiscover_tasks(["webapp.core", "webapp.problems", "webapp.runs", "webapp.probes"])
+app.autodiscover_tasks(["webapp.core", "webapp.problems", "webapp.runs", "webapp.probes", "webapp.evals"])

@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include(problem_urls)),
     path("", include(probe_urls)),
     path("", include(run_urls)),
+    path("", include("webapp.evals.urls")),
     # Last, so that every page and API route above wins: unknown /api/ paths answer JSON, not the HTML 404 page.
     re_path(r"^api/(?P<rest>.*)$", core_views.api_not_found, name="api-not-found"),
 ]

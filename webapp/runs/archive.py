@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from training.config import json_schema
 
@@ -101,12 +102,23 @@ def metrics_summary(run: Run, checkpoint: Checkpoint) -> dict:
     }
 
 
+CARD_SECTIONS: list[Callable[[Run, Checkpoint], str]] = []
+"""Further model-card sections other apps contribute (``register_card_section``), each a Markdown text
+(empty: nothing to say) placed after "Result"; the runs app imports none of them."""
+
+
+def register_card_section(section: Callable[[Run, Checkpoint], str]) -> None:
+    if section not in CARD_SECTIONS:
+        CARD_SECTIONS.append(section)
+
+
 def model_card(run: Run, checkpoint: Checkpoint, summary: dict, rerun: str = "") -> str:
     config = run.config or {}
     weights = config.get("reward", {}).get("weights", {})
     lora = config.get("model", {}).get("lora")
     ppo, train, sampling = config.get("ppo", {}), config.get("train", {}), config.get("sampling", {})
     heldout = summary["heldout_pass@1"]
+    extra = "".join(f"\n{text.strip()}\n" for text in (section(run, checkpoint) for section in CARD_SECTIONS) if text)
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     problem_set = run.problem_set
     data = (f"{problem_set.name}: {problem_set.train_count} train / {problem_set.heldout_count} held-out problems"
@@ -130,7 +142,7 @@ learning where the reward is what happens when the generated code runs in a sand
 Held-out pass@1 (unbiased estimate over {train.get('eval_samples', '?')} samples per problem):
 {pct(heldout['before'])} before training, {pct(heldout['at_checkpoint'])} at this checkpoint,
 best {pct(heldout['best'])}. Per evaluation: `metrics_summary.json`.
-
+{extra}
 ## Data
 
 {data}. Held-out problems are never trained on.

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "webapp.problems",
     "webapp.runs",
     "webapp.probes",
+    "webapp.evals",
 ]
 
 MIDDLEWARE = [
@@ -140,6 +141,7 @@ CELERY_TASK_ROUTES = {
     "problems.probe": {"queue": "gpu_short"},
     "problems.*": {"queue": "sandbox"},
     "probes.*": {"queue": "sandbox"},
+    "evals.evaluate": {"queue": "gpu"}, "evals.*": {"queue": "sandbox"},  # benchmark evaluations sample a model
     "core.*": {"queue": "sandbox"},
 }
 CELERY_TASK_ACKS_LATE = True
@@ -161,6 +163,7 @@ CELERY_BEAT_SCHEDULE = {
     "republish-pending-validations": {"task": "problems.republish_pending_validations", "schedule": 30.0,
                                       "options": {"expires": 25}},
     "sweep-probes": {"task": "probes.sweep", "schedule": 30.0, "options": {"expires": 25}},
+    "sweep-evals": {"task": "evals.sweep", "schedule": 30.0, "options": {"expires": 25}},
 }
 # A run supervisor survives a broker reconnect; a redelivered copy finds the run owned and stops.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -1,0 +1,38 @@
+// The evaluation pages: while an evaluation is under way its page (and the comparison table's rows)
+// reload from the JSON API, so progress and the numbers appear without a manual refresh.
+// @api GET /api/evals/{evaluation_id} in_progress done progress_text
+// @api GET /api/evals [].id [].status [].done [].total
+(function () {
+  "use strict";
+  var summary = document.getElementById("eval-summary");
+  var pendingRows = document.querySelectorAll('.evals-table tr[data-status="pending"], .evals-table tr[data-status="running"], .evals-table tr[data-status="cancelling"]');
+  if (summary && summary.dataset.inProgress === "1") {
+    var id = summary.dataset.id;
+    var done = -1;
+    var poll = function () {
+      fetch("/api/evals/" + id, {credentials: "same-origin"}).then(function (r) { return r.json(); }).then(function (e) {
+        if (!e.in_progress || e.done !== done && done >= 0) { window.location.reload(); return; }
+        done = e.done;
+        var progress = document.getElementById("eval-progress");
+        if (progress) progress.textContent = e.progress_text;
+        setTimeout(poll, 2000);
+      }).catch(function () { setTimeout(poll, 5000); });
+    };
+    setTimeout(poll, 2000);
+  } else if (pendingRows.length) {
+    var check = function () {
+      fetch("/api/evals", {credentials: "same-origin"}).then(function (r) { return r.json(); }).then(function (list) {
+        var byId = {};
+        list.forEach(function (e) { byId[e.id] = e; });
+        var changed = false;
+        pendingRows.forEach(function (row) {
+          var e = byId[row.dataset.id];
+          if (e && e.status !== row.dataset.status) changed = true;
+          else if (e) row.querySelector(".eval-status").textContent = e.status + " " + e.done + "/" + e.total;
+        });
+        if (changed) window.location.reload(); else setTimeout(check, 3000);
+      }).catch(function () { setTimeout(check, 5000); });
+    };
+    setTimeout(check, 3000);
+  }
+})();
