@@ -5,7 +5,7 @@ file while the run is alive. Every event has ``event`` (its kind) and ``time`` (
 
 Each kind is defined once, here, as a frozen dataclass whose fields are the event's (the wire name
 where it is not an identifier: ``pass@1``): ``Start``, ``Step``, ``Problem``, ``Eval``,
-``Checkpoint``, ``Done``. A field without a default is required; an optional one left ``None`` is not
+``Checkpoint``, ``Done``, ``RunWarning``. A field without a default is required; an optional one left ``None`` is not
 written. The trainer builds events with the constructors (``start_event``, ``step_event``, ...,
 which check what the trainer must write, e.g. that every metric key is in ``training/metrics.py``) and
 writes them with ``EventWriter.write``; readers turn a line back into its dataclass with
@@ -36,10 +36,12 @@ from typing import Any, ClassVar, TextIO
 from training import metrics as metric_registry
 from training.metrics import ZERO_VARIANCE_ATOL
 
-EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done")
+EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done", "warning")
 DONE_STATUSES = ("succeeded", "failed", "cancelled")
 CHECKPOINT_KINDS = ("adapter", "merged", "full")
 SET_ASIDE_REASONS = ("zero_variance", "surplus")
+WARNING_CONDITIONS = ("kl", "loss", "flat_reward")
+"""What a ``warning`` event can say crossed its bound (training/divergence.py ``CONDITIONS``)."""
 
 
 class EventError(ValueError):
@@ -217,9 +219,33 @@ class Done(Event):
     KIND: ClassVar[str] = "done"
     status: str = field(metadata={"type": "str", "choices": DONE_STATUSES})
     error: str | None = field(default=None, metadata={"type": "str", "always": True})
+    warnings: list | None = field(default=None, metadata={"type": "list"})
+    """The run's ``warning`` events, in order, as ``{condition, step, message}`` (absent: none, or a trainer from
+    before warnings)."""
 
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (Start, Step, Problem, Eval, Checkpoint, Done)}
+@dataclass(frozen=True, kw_only=True)
+class RunWarning(Event):
+    """A divergence condition crossed its bound (training/divergence.py); once per condition per run. The run goes on."""
+
+    KIND: ClassVar[str] = "warning"
+    step: int = field(metadata={"type": "int"})
+    """The step whose metrics crossed the bound."""
+    condition: str = field(metadata={"type": "str", "choices": WARNING_CONDITIONS})
+    metric: str = field(metadata={"type": "str"})
+    """The metric (or sum of metrics) compared: ``kl``, ``loss/policy + loss/kl``, ``reward/mean``."""
+    value: float | None = field(metadata={"type": "number", "nullable": True, "always": True})
+    """Its value (null: not a finite number); ``flat_reward``: the mean reward of the flat steps."""
+    bound: float = field(metadata={"type": "number"})
+    """The ``monitor`` bound it crossed (``flat_reward``: the number of steps)."""
+    message: str = field(metadata={"type": "str"})
+    """What a person reads: what passed which bound at which step, and what to try."""
+    since_step: int | None = field(default=None, metadata={"type": "int"})
+    """``flat_reward``: the first step of the flat stretch."""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (Start, Step, Problem, Eval, Checkpoint, Done,
+                                                                   RunWarning)}
 assert tuple(EVENT_TYPES) == EVENT_KINDS
 
 
@@ -278,10 +304,24 @@ def checkpoint_event(step: int, path: str, kind: str) -> Checkpoint:
     return Checkpoint(step=step, path=path, kind=kind)
 
 
-def done_event(status: str, error: str | None = None) -> Done:
+def done_event(status: str, error: str | None = None, *, warnings: list[dict] | None = None) -> Done:
     if status not in DONE_STATUSES:
         raise ValueError(f"unknown done status {status!r}; valid: {', '.join(DONE_STATUSES)}")
-    return Done(status=status, error=error)
+    return Done(status=status, error=error, warnings=warnings or None)
+
+
+def warning_event(step: int, condition: str, metric: str, value: float | None, bound: float, message: str, *,
+                  since_step: int | None = None) -> RunWarning:
+    if condition not in WARNING_CONDITIONS:
+        raise ValueError(f"unknown warning condition {condition!r}; valid: {', '.join(WARNING_CONDITIONS)}")
+    return RunWarning(step=step, condition=condition, metric=metric, value=value, bound=bound, message=message,
+                   since_step=since_step)
+
+
+def warning_summary(event: RunWarning | Mapping[str, Any]) -> dict:
+    """A warning as the ``done`` event lists it: ``{condition, step, message}``."""
+    raw = event.to_dict() if isinstance(event, Event) else event
+    return {"condition": raw.get("condition"), "step": raw.get("step"), "message": raw.get("message")}
 
 
 # ---- the file ----------------------------------------------------------------------------------------

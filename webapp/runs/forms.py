@@ -27,6 +27,7 @@ GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("vLLM server (when sampling.engine is vllm)", "vllm"),
     ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
     ("Repair feedback (what the model is told after a failing turn, sampling.turns > 1)", "feedback"),
+    ("Divergence warnings (a run past these bounds is warned about and goes on)", "monitor"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 # From the problem set; from model.name_or_path (run:<id>/step-<n>); the set's latest finished probe.
