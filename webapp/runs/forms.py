@@ -12,7 +12,8 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from training.config import ConfigError, LostNumber, json_number, json_schema, lost_number_message
+from training.config import (TURNS_NEED_CHAT, ConfigError, LostNumber, json_number, json_schema,
+                             lost_number_message)
 
 from webapp.core.text import name_problem
 from webapp.problems.models import ProblemSet
@@ -230,7 +231,15 @@ class RunForm(forms.Form):
             if getattr(field, "is_section", False):
                 self.sections.add(name)
         self._mark_engines()
+        self._mark_turns()
         self.config: dict | None = None
+
+    def _mark_turns(self) -> None:
+        """``sampling.turns`` > 1 needs chat prompts: the config's own refusal (``TURNS_NEED_CHAT``) travels with the
+        field, so run_new.js says it in the same words as soon as turns or prompt_style changes."""
+        field = self.fields.get("sampling.turns")
+        if field is not None:
+            field.widget.attrs["data-needs-chat"] = TURNS_NEED_CHAT
 
     def _mark_engines(self) -> None:
         """An engine this server cannot start says so in its option and beside the field (it stays a choice:

@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 from sandbox.result import Outcome
 
 from .archive import best_checkpoint_ids, heldout_points
-from .models import SUPERVISED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
+from .models import SUPERVISED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 
 # Outcomes of an execution are the sandbox's enum, with its labels and which are the sandbox's (or the
 # machine's) fault rather than the candidate's.
@@ -276,3 +276,12 @@ def problems_json(run: Run) -> str:
         f'"history":{history},"zero_variance_groups":{zv},"solve_rate_turn1":{json.dumps(turn1)},'
         f'"pass_rate":{json.dumps(rate)},"pass_rate_turn1":{json.dumps(turn1)}}}'
         for pid, split, rate, history, zv, turn1 in rows) + "]"
+
+
+def run_warnings(run: Run) -> list[dict]:
+    """The run's divergence warnings (its ``warning`` events, training/divergence.py), in order:
+    ``{condition, step, metric, value, bound, message, since_step?}``."""
+    keep = ("condition", "step", "metric", "value", "bound", "message", "since_step")
+    rows = RunEvent.objects.filter(run=run, kind="warning").order_by("seq").values_list("payload", flat=True)
+    return [{k: p[k] for k in keep if k in p} for p in rows if isinstance(p, dict)]
+

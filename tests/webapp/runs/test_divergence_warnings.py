@@ -1,0 +1,55 @@
+"""Divergence warnings on the run page: a ``warning`` event reaches the browsers watching live, a page
+(re)loaded later renders it, and the ``done`` event carries the run's warnings."""
+import pytest
+from asgiref.sync import sync_to_async
+
+from training import events as run_events
+from webapp.runs.queries import run_warnings
+from webapp.runs.services import ingest_event
+
+from tests.factories import line, step_event
+
+from .conftest import connect, receive_all, setup_run
+
+KL_MESSAGE = ("KL to the reference model at step 8 is 90 nats/token, past monitor.kl_max 10: the policy has moved "
+              "far from the model it started as (raise ppo.kl_coef, lower ppo.learning_rate)")
+
+
+def warning(step=8):
+    return line(run_events.warning_event(step, "kl", "kl", 90.0, 10.0, KL_MESSAGE))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_warning_event_reaches_the_page_live_and_on_a_replay():
+    _, run, token = await sync_to_async(setup_run)()
+    await sync_to_async(ingest_event)(run, step_event(8), seq=0)
+    live, connected, _ = await connect(run, token, "?since=8")
+    assert connected
+    assert await receive_all(live, timeout=0.5) == []
+    await sync_to_async(ingest_event)(run, warning(), seq=1)
+    [message] = await receive_all(live, timeout=1.0)
+    assert message["event"] == "warning" and message["seq"] == 1 and message["run_id"] == run.pk
+    assert (message["condition"], message["step"], message["value"], message["bound"]) == ("kl", 8, 90.0, 10.0)
+    assert message["message"] == KL_MESSAGE
+    done = line(run_events.done_event("succeeded", warnings=[run_events.warning_summary(warning())]))
+    await sync_to_async(ingest_event)(run, done, seq=2)
+    [message] = [m for m in await receive_all(live, timeout=1.0) if m["event"] == "done"]  # and a status message
+    assert message["warnings"] == [{"condition": "kl", "step": 8,
+                                                                  "message": KL_MESSAGE}]
+    await live.disconnect()
+
+    replay, connected, _ = await connect(run, token)
+    assert [m["event"] for m in await receive_all(replay, timeout=0.5)] == ["step", "warning", "done"]
+    await replay.disconnect()
+
+
+def test_the_run_page_renders_its_stored_warnings(client_alice, run):
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="run-warnings" hidden' in html  # the block is there for live warnings, hidden until one comes
+    ingest_event(run, step_event(8), seq=0, broadcast=False)
+    ingest_event(run, warning(), seq=1, broadcast=False)
+    assert run_warnings(run) == [{"condition": "kl", "step": 8, "metric": "kl", "value": 90.0, "bound": 10.0,
+                                  "message": KL_MESSAGE}]
+    html = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="run-warnings" hidden' not in html and 'id="run-warnings"' in html
+    assert '<li data-condition="kl" data-step="8">⚠ step 8: ' + KL_MESSAGE + "</li>" in html
