@@ -240,6 +240,9 @@ class RunForm(forms.Form):
         field = self.fields.get("sampling.turns")
         if field is not None:
             field.widget.attrs["data-needs-chat"] = TURNS_NEED_CHAT
+            field.help_text += (" Repair needs a model that can follow feedback (it answers a chat prompt with code "
+                                "and fixes it when told why it failed); the demo's tiny models, warmed on completion "
+                                "prompts, cannot: their repair runs learn nothing (README “Multi-turn repair”).")
 
     def _mark_engines(self) -> None:
         """An engine this server cannot start says so in its option and beside the field (it stays a choice:

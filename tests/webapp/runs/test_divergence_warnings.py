@@ -53,3 +53,22 @@ def test_the_run_page_renders_its_stored_warnings(client_alice, run):
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-warnings" hidden' not in html and 'id="run-warnings"' in html
     assert '<li data-condition="kl" data-step="8">⚠ step 8: ' + KL_MESSAGE + "</li>" in html
+
+
+def test_the_turns_field_carries_the_configs_refusal_and_says_repair_needs_a_model_that_follows_feedback(
+        client_alice, problem_set):
+    from html import unescape
+
+    from training.config import TURNS_NEED_CHAT
+
+    r = client_alice.get(f"/runs/new?problem_set={problem_set.pk}")
+    field = r.context["form"]["sampling.turns"]
+    assert field.field.widget.attrs["data-needs-chat"] == TURNS_NEED_CHAT
+    html = unescape(r.content.decode())
+    assert f'data-needs-chat="{TURNS_NEED_CHAT}"' in html
+    assert "Repair needs a model that can follow feedback" in html
+    # the server refuses what the page refuses, on the same field and in the same words
+    from tests.factories import form_data
+
+    r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.turns": "2"}))
+    assert r.context["form"]["sampling.turns"].errors == [TURNS_NEED_CHAT.format(turns=2, prompt_style="completion")]
