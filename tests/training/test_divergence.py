@@ -141,6 +141,12 @@ def test_a_run_past_an_absurdly_low_kl_bound_warns_once_and_still_succeeds_with_
     assert done["event"] == "done" and done["status"] == "succeeded"
     assert done["warnings"] == [{"condition": "kl", "step": first, "message": w["message"]}]
 
+    # Resumed (from its last checkpoint), the run keeps its warning in its new done event and does not repeat it.
+    assert train(cfg, tmp_path / "run", resume=True, runner=runner, progress=False) == "succeeded"
+    again = read_events(tmp_path / "run" / "events.jsonl")[len(events):]
+    assert again[0]["event"] == "start" and again[0]["resumed_from"] == 3
+    assert not [e for e in again if e["event"] == "warning"] and again[-1]["warnings"] == done["warnings"]
+
 
 def test_a_run_within_its_bounds_writes_no_warning(tmp_path, qwen3_model_dir, train_problems_file, runner):
     from tests.training.conftest import tiny_run_config
