@@ -61,11 +61,12 @@ def queue(run: Run) -> dict | None:
 def experiment_rows(runs) -> list[dict]:
     """The runs list as an experiment table: held-out pass@1 before / after / best, the last step's
     total reward and the duration, for every run in two queries."""
-    from django.db.models import JSONField, OuterRef, Subquery
+    from django.db.models import Exists, JSONField, OuterRef, Subquery
     from django.utils import timezone
 
     latest = StepMetric.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
-    runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField())))
+    warned = RunEvent.objects.filter(run=OuterRef("pk"), kind="warning")  # divergence warnings (run_warnings)
+    runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField()), has_warnings=Exists(warned)))
     by_run: dict[int, list[tuple[int, float]]] = {}
     for run_id, step, p1 in (Eval.objects.filter(run__in=[r.pk for r in runs], split="heldout", pass_at_1__isnull=False)
                              .order_by("step").values_list("run_id", "step", "pass_at_1")):
@@ -80,6 +81,7 @@ def experiment_rows(runs) -> list[dict]:
                      "after": points[-1][1] if len(points) > 1 else None,
                      "best": max(p for _, p in points) if points else None,
                      "best_step": max(points, key=lambda point: point[1])[0] if points else None,
+                     "warned": run.has_warnings,
                      "reward": reward if isinstance(reward, (int, float)) else None,
                      "duration_s": (end - run.started).total_seconds() if run.started and end else None})
         rows[-1]["duration"] = duration_text(rows[-1]["duration_s"])

@@ -72,3 +72,14 @@ def test_the_turns_field_carries_the_configs_refusal_and_says_repair_needs_a_mod
 
     r = client_alice.post("/runs/new", form_data(problem_set, **{"sampling.turns": "2"}))
     assert r.context["form"]["sampling.turns"].errors == [TURNS_NEED_CHAT.format(turns=2, prompt_style="completion")]
+
+
+def test_the_runs_list_marks_a_run_with_a_divergence_warning(client_alice, run, user, problem_set):
+    from tests.factories import make_run
+
+    calm = make_run(user, "calm run", problem_set)
+    ingest_event(run, warning(), seq=0, broadcast=False)
+    html = client_alice.get("/runs/").content.decode()
+    row = lambda r: html[html.index(f'<tr data-run="{r.pk}"'):].split("</tr>", 1)[0]  # noqa: E731
+    assert "⚠ diverging" in row(run) and f"/runs/{run.pk}/#run-warnings" in row(run)
+    assert "diverging" not in row(calm)
