@@ -157,3 +157,33 @@ def test_a_run_within_its_bounds_writes_no_warning(tmp_path, qwen3_model_dir, tr
     assert train(cfg, tmp_path / "run", runner=runner, progress=False) == "succeeded"
     events = read_events(tmp_path / "run" / "events.jsonl")
     assert not [e for e in events if e["event"] == "warning"] and "warnings" not in events[-1]
+
+
+def test_the_cli_s_last_line_lists_the_run_s_warnings(tmp_path, monkeypatch, capsys):
+    import json
+
+    import yaml
+
+    import training.trainer
+    from training import cli
+    from training.events import EventWriter, done_event, warning_summary
+
+    summary = warning_summary(warning_event(8, "kl", "kl", 90.0, 10.0, "KL at step 8 ..."))
+
+    def fake_train(cfg, out, resume, stop_file, progress, phase_threads):
+        with EventWriter(out / "events.jsonl") as events:
+            events.write(warning_event(8, "kl", "kl", 90.0, 10.0, "KL at step 8 ..."))
+            events.write(done_event("succeeded", warnings=[summary]))
+        return "succeeded"
+
+    monkeypatch.setattr(training.trainer, "train", fake_train)
+    problems = tmp_path / "p.jsonl"
+    problems.write_text(json.dumps({"id": "sub", "kind": "function", "entry_point": "sub", "prompt": "def sub(a, b):\n",
+                                    "tests": ["assert sub(3, 5) == -2"], "split": "train",
+                                    "reference_solution": "def sub(a, b):\n    return a - b\n"}) + "\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"problems": str(problems), "model": {"name_or_path": str(tmp_path)}}))
+    out = tmp_path / "run"
+    assert cli.main(["run", "--config", str(config), "--out", str(out), "--no-progress", "--threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {
+        "status": "succeeded", "out": str(out), "warnings": [summary]}

@@ -43,11 +43,16 @@ async def test_a_warning_event_reaches_the_page_live_and_on_a_replay():
     await replay.disconnect()
 
 
-def test_the_run_page_renders_its_stored_warnings(client_alice, run):
+def test_the_run_page_renders_its_stored_warnings(client_alice, run, caplog):
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-warnings" hidden' in html  # the block is there for live warnings, hidden until one comes
     ingest_event(run, step_event(8), seq=0, broadcast=False)
-    ingest_event(run, warning(), seq=1, broadcast=False)
+    with caplog.at_level("WARNING", logger="crucible.runs"):
+        ingest_event(run, warning(), seq=1, broadcast=False)
+        ingest_event(run, warning(), seq=1, broadcast=False)  # stored before: said once
+    # the `make run` terminal (webapp.console shows warnings) says it too
+    assert [r.getMessage() for r in caplog.records] == [
+        f"run #{run.pk} “first run”: divergence warning at step 8: {KL_MESSAGE}"]
     assert run_warnings(run) == [{"condition": "kl", "step": 8, "metric": "kl", "value": 90.0, "bound": 10.0,
                                   "message": KL_MESSAGE}]
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
