@@ -625,7 +625,7 @@ class MonitorConfig(_Section):
 
     kl_max: float | None = _field(10.0, gt=0.0)
     """Warn when a step's KL to the reference (metric kl, nats/token) exceeds this or is not finite; null = never.
-    Healthy runs here stay under 0.5."""
+    The repair benchmark's runs (benchmarks/RESULTS.md) ended under 0.5."""
     loss_max: float | None = _field(10.0, gt=0.0)
     """Warn when a step's |loss/policy + loss/kl| exceeds this or is not finite; null = never."""
     flat_reward_steps: int | None = _field(10, ge=2, le=MAX_STEPS)
