@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 CONDITIONS = ("kl", "loss", "flat_reward")
+SOURCES = {"kl": "monitor.kl_max", "loss": "monitor.loss_max", "flat_reward": "monitor.flat_reward_steps"}
+"""The ``source`` of each condition's ``warning`` event: the bound's config name."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,11 @@ class Divergence:
     bound: float
     message: str
     since_step: int | None = None
+
+    @property
+    def source(self) -> str:
+        """The bound's config name (the ``warning`` event's ``source``)."""
+        return SOURCES[self.condition]
 
 
 class DivergenceMonitor:

@@ -5,8 +5,8 @@ file while the run is alive. Every event has ``event`` (its kind) and ``time`` (
 
 Each kind is defined once, here, as a frozen dataclass whose fields are the event's (the wire name
 where it is not an identifier: ``pass@1``): ``Start``, ``Step``, ``Problem``, ``Eval``,
-``Checkpoint``, ``Done``, ``RunWarning``. A field without a default is required; an optional one left ``None`` is not
-written. The trainer builds events with the constructors (``start_event``, ``step_event``, ...,
+``Checkpoint``, ``Done``, ``RunWarning`` (``warning``). A field without a default is required; an optional
+one left ``None`` is not written. The trainer builds events with the constructors (``start_event``, ``step_event``, ...,
 which check what the trainer must write, e.g. that every metric key is in ``training/metrics.py``) and
 writes them with ``EventWriter.write``; readers turn a line back into its dataclass with
 ``parse_event`` (what the web app's ingest does), which accepts every event a stored run holds:
@@ -220,32 +220,34 @@ class Done(Event):
     status: str = field(metadata={"type": "str", "choices": DONE_STATUSES})
     error: str | None = field(default=None, metadata={"type": "str", "always": True})
     warnings: list | None = field(default=None, metadata={"type": "list"})
-    """The run's ``warning`` events, in order, as ``{condition, step, message}`` (absent: none, or a trainer from
-    before warnings)."""
+    """The run's divergence warnings (``warning`` events with a ``condition``), in order, as ``{source, condition, step,
+    message}`` (absent: none, or a trainer from before them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunWarning(Event):
-    """A divergence condition crossed its bound (training/divergence.py); once per condition per run. The run goes on."""
+    """Something went wrong that does not stop the run (an experiment tracker failed and was dropped; a divergence
+    bound of the ``monitor`` section was passed: training/divergence.py, once per condition)."""
 
     KIND: ClassVar[str] = "warning"
-    step: int = field(metadata={"type": "int"})
-    """The step whose metrics crossed the bound."""
-    condition: str = field(metadata={"type": "str", "choices": WARNING_CONDITIONS})
-    metric: str = field(metadata={"type": "str"})
-    """The metric (or sum of metrics) compared: ``kl``, ``loss/policy + loss/kl``, ``reward/mean``."""
-    value: float | None = field(metadata={"type": "number", "nullable": True, "always": True})
-    """Its value (null: not a finite number); ``flat_reward``: the mean reward of the flat steps."""
-    bound: float = field(metadata={"type": "number"})
-    """The ``monitor`` bound it crossed (``flat_reward``: the number of steps)."""
+    source: str = field(metadata={"type": "str"})
+    """What it concerns, as a dotted config name where there is one (``tracking.wandb``, ``monitor.kl_max``)."""
     message: str = field(metadata={"type": "str"})
-    """What a person reads: what passed which bound at which step, and what to try."""
+    step: int | None = field(default=None, metadata={"type": "int"})
+    condition: str | None = field(default=None, metadata={"type": "str", "choices": WARNING_CONDITIONS})
+    """A divergence warning: what crossed its bound (``kl`` | ``loss`` | ``flat_reward``)."""
+    metric: str | None = field(default=None, metadata={"type": "str"})
+    """A divergence warning: the metric (or sum) compared: ``kl``, ``loss/policy + loss/kl``, ``reward/mean``."""
+    value: float | None = field(default=None, metadata={"type": "number"})
+    """A divergence warning: its value (absent: not a finite number); ``flat_reward``: the flat steps' mean reward."""
+    bound: float | None = field(default=None, metadata={"type": "number"})
+    """A divergence warning: the ``monitor`` bound it crossed (``flat_reward``: the number of steps)."""
     since_step: int | None = field(default=None, metadata={"type": "int"})
-    """``flat_reward``: the first step of the flat stretch."""
+    """A ``flat_reward`` warning: the first step of the flat stretch."""
 
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (Start, Step, Problem, Eval, Checkpoint, Done,
-                                                                   RunWarning)}
+                                                                  RunWarning)}
 assert tuple(EVENT_TYPES) == EVENT_KINDS
 
 
@@ -310,18 +312,19 @@ def done_event(status: str, error: str | None = None, *, warnings: list[dict] | 
     return Done(status=status, error=error, warnings=warnings or None)
 
 
-def warning_event(step: int, condition: str, metric: str, value: float | None, bound: float, message: str, *,
+def warning_event(source: str, message: str, step: int | None = None, *, condition: str | None = None,
+                  metric: str | None = None, value: float | None = None, bound: float | None = None,
                   since_step: int | None = None) -> RunWarning:
-    if condition not in WARNING_CONDITIONS:
+    if condition is not None and condition not in WARNING_CONDITIONS:
         raise ValueError(f"unknown warning condition {condition!r}; valid: {', '.join(WARNING_CONDITIONS)}")
-    return RunWarning(step=step, condition=condition, metric=metric, value=value, bound=bound, message=message,
-                   since_step=since_step)
+    return RunWarning(source=source, message=message, step=step, condition=condition, metric=metric, value=value,
+                      bound=bound, since_step=since_step)
 
 
 def warning_summary(event: RunWarning | Mapping[str, Any]) -> dict:
-    """A warning as the ``done`` event lists it: ``{condition, step, message}``."""
+    """A divergence warning as the ``done`` event lists it: ``{source, condition, step, message}``."""
     raw = event.to_dict() if isinstance(event, Event) else event
-    return {"condition": raw.get("condition"), "step": raw.get("step"), "message": raw.get("message")}
+    return {k: raw.get(k) for k in ("source", "condition", "step", "message")}
 
 
 # ---- the file ----------------------------------------------------------------------------------------

@@ -544,7 +544,8 @@ class Trainer:
     def _watch(self, step: int, metrics: dict) -> None:
         """Divergence warnings (training/divergence.py): each condition the step crossed, once per run."""
         for w in self.monitor.observe(step, metrics):
-            event = warning_event(w.step, w.condition, w.metric, w.value, w.bound, w.message, since_step=w.since_step)
+            event = warning_event(w.source, w.message, w.step, condition=w.condition, metric=w.metric, value=w.value,
+                                  bound=w.bound, since_step=w.since_step)
             self.events.write(event)
             self.warnings.append(warning_summary(event))
             if self.accelerator.is_main_process:
@@ -553,7 +554,8 @@ class Trainer:
     def _resume_warnings(self) -> None:
         """A resumed run keeps the warnings it wrote before: they stay in its done event and do not repeat."""
         path = self.out_dir / "events.jsonl"
-        earlier = [e for e in read_events(path) if e.get("event") == "warning"] if path.exists() else []
+        earlier = [e for e in read_events(path) if e.get("event") == "warning" and e.get("condition")] \
+            if path.exists() else []
         self.warnings = [warning_summary(e) for e in earlier]
         self.monitor = DivergenceMonitor(self.config.monitor, already=[e.get("condition") for e in earlier])
 

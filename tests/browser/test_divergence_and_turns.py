@@ -25,7 +25,7 @@ def test_a_divergence_warning_shows_live_after_a_reload_and_with_done(page, live
     wait_until(page, "document.body.dataset.live === '1'", 10)
     assert page.locator("#run-warnings").is_hidden()
 
-    ingest(run, [step_event(8, reward=0.2), line(run_events.warning_event(8, "kl", "kl", 90.0, 10.0, KL))],
+    ingest(run, [step_event(8, reward=0.2), line(run_events.warning_event("monitor.kl_max", KL, 8, condition="kl"))],
            thread=True)
     page.wait_for_selector("#run-warnings li[data-condition='kl']")
     assert page.locator("#run-warnings").is_visible()
@@ -37,8 +37,9 @@ def test_a_divergence_warning_shows_live_after_a_reload_and_with_done(page, live
     assert page.inner_text("#run-warnings li") == "⚠ step 8: " + KL
 
     # The done event lists every warning of the run: one the page missed arrives with it, none twice.
-    flat = run_events.warning_summary(run_events.warning_event(10, "flat_reward", "reward/mean", 0.2, 10, FLAT))
-    kl = run_events.warning_summary(run_events.warning_event(8, "kl", "kl", 90.0, 10.0, KL))
+    flat = run_events.warning_summary(run_events.warning_event("monitor.flat_reward_steps", FLAT, 10,
+                                                                condition="flat_reward"))
+    kl = run_events.warning_summary(run_events.warning_event("monitor.kl_max", KL, 8, condition="kl"))
     ingest(run, [step_event(9, reward=0.2), line(run_events.done_event("succeeded", warnings=[kl, flat]))],
            thread=True)
     page.wait_for_selector("#run-warnings li[data-condition='flat_reward']")

@@ -102,14 +102,15 @@ def test_the_monitor_section_is_validated_naming_the_field():
 
 
 def test_a_warning_event_round_trips_and_refuses_an_unknown_condition():
-    event = warning_event(8, "kl", "kl", 90.0, 10.0, "KL ...")
+    event = warning_event("monitor.kl_max", "KL ...", 8, condition="kl", metric="kl", value=90.0, bound=10.0)
     line = {**event.to_dict(), "time": 1.0}
-    assert line["event"] == "warning" and line["value"] == 90.0 and "since_step" not in line
+    assert line["event"] == "warning" and line["value"] == 90.0 and line["source"] == "monitor.kl_max"
+    assert "since_step" not in line
     assert parse_event(line).to_dict() == line
     with pytest.raises(EventError, match="warning event: field condition is 'grad'; valid: kl, loss, flat_reward"):
         parse_event({**line, "condition": "grad"})
     with pytest.raises(ValueError, match="unknown warning condition"):
-        warning_event(8, "grad", "kl", 90.0, 10.0, "")
+        warning_event("monitor.kl_max", "", 8, condition="grad")
 
 
 # ---- a real run on the tiny models ---------------------------------------------------------------------
@@ -131,7 +132,8 @@ def test_a_run_past_an_absurdly_low_kl_bound_warns_once_and_still_succeeds_with_
     first = min(s for s, kl in steps.items() if kl > 1e-12)
     assert len(warnings) == 1  # once, though every later step is past the bound too
     (w,) = warnings
-    assert (w["condition"], w["step"], w["metric"], w["bound"]) == ("kl", first, "kl", 1e-12)
+    assert (w["source"], w["condition"], w["step"], w["metric"], w["bound"]) == ("monitor.kl_max", "kl", first, "kl",
+                                                                                  1e-12)
     assert w["value"] == pytest.approx(steps[first]) and f"at step {first}" in w["message"]
     # written right after its step's events, before the next step
     kinds = [(e["event"], e.get("step")) for e in events]
@@ -139,7 +141,7 @@ def test_a_run_past_an_absurdly_low_kl_bound_warns_once_and_still_succeeds_with_
     assert kinds.index(("warning", first)) < kinds.index(("step", first + 1)) if first < 3 else True
     done = events[-1]
     assert done["event"] == "done" and done["status"] == "succeeded"
-    assert done["warnings"] == [{"condition": "kl", "step": first, "message": w["message"]}]
+    assert done["warnings"] == [{"source": "monitor.kl_max", "condition": "kl", "step": first, "message": w["message"]}]
 
     # Resumed (from its last checkpoint), the run keeps its warning in its new done event and does not repeat it.
     assert train(cfg, tmp_path / "run", resume=True, runner=runner, progress=False) == "succeeded"
@@ -168,11 +170,11 @@ def test_the_cli_s_last_line_lists_the_run_s_warnings(tmp_path, monkeypatch, cap
     from training import cli
     from training.events import EventWriter, done_event, warning_summary
 
-    summary = warning_summary(warning_event(8, "kl", "kl", 90.0, 10.0, "KL at step 8 ..."))
+    summary = warning_summary(warning_event("monitor.kl_max", "KL at step 8 ...", 8, condition="kl", value=90.0))
 
     def fake_train(cfg, out, resume, stop_file, progress, phase_threads):
         with EventWriter(out / "events.jsonl") as events:
-            events.write(warning_event(8, "kl", "kl", 90.0, 10.0, "KL at step 8 ..."))
+            events.write(warning_event("monitor.kl_max", "KL at step 8 ...", 8, condition="kl", value=90.0))
             events.write(done_event("succeeded", warnings=[summary]))
         return "succeeded"
 

@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from training.events import (EVENT_KINDS, warning_event, Checkpoint, Done, Eval, EventError, EventWriter, Problem, Start, Step,
+from training.events import (EVENT_KINDS, Checkpoint, Done, Eval, EventError, EventWriter, Problem, Start, Step,
                              checkpoint_event, done_event, eval_event, parse_event, problem_event, read_events,
-                             start_event, step_event)
+                             start_event, step_event, warning_event)
 from training.metrics import ZERO_VARIANCE_ATOL
 
 
@@ -85,8 +85,10 @@ def test_every_kind_the_trainer_writes_parses_back_to_the_event_it_was(tmp_path)
                           zero_variance=True, solve_rate_turn1=0.25, used=False, set_aside="zero_variance", round=2),
             eval_event(3, "heldout", 0.31, {"4": 0.48}, pass_at_1_turn1=0.2, per_problem={"a": {"n": 4, "c": 1}}),
             checkpoint_event(3, "checkpoints/step-3", "adapter"),
-            done_event("succeeded", warnings=[{"condition": "kl", "step": 2, "message": "KL ..."}]),
-            warning_event(3, "flat_reward", "reward/mean", 0.2, 10.0, "reward flat", since_step=1)]
+            done_event("succeeded", warnings=[{"source": "monitor.kl_max", "condition": "kl", "step": 2,
+                                               "message": "KL ..."}]),
+            warning_event("monitor.flat_reward_steps", "reward flat", step=3, condition="flat_reward",
+                          metric="reward/mean", value=0.2, bound=10.0, since_step=1)]
     lines = _written(tmp_path, *made)
     assert [line["event"] for line in lines] == list(EVENT_KINDS)
     for line, event in zip(lines, made):

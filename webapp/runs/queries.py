@@ -65,7 +65,7 @@ def experiment_rows(runs) -> list[dict]:
     from django.utils import timezone
 
     latest = StepMetric.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
-    warned = RunEvent.objects.filter(run=OuterRef("pk"), kind="warning")  # divergence warnings (run_warnings)
+    warned = RunEvent.objects.filter(run=OuterRef("pk"), **DIVERGENCE_WARNINGS)  # (run_warnings)
     runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField()), has_warnings=Exists(warned)))
     by_run: dict[int, list[tuple[int, float]]] = {}
     for run_id, step, p1 in (Eval.objects.filter(run__in=[r.pk for r in runs], split="heldout", pass_at_1__isnull=False)
@@ -280,10 +280,15 @@ def problems_json(run: Run) -> str:
         for pid, split, rate, history, zv, turn1 in rows) + "]"
 
 
+DIVERGENCE_WARNINGS = {"kind": "warning", "payload__has_key": "condition"}
+"""Stored events that are divergence warnings (training/divergence.py): ``warning`` events with a ``condition``
+(a tracker's warnings have none; webapp/runs/trackers.py shows those)."""
+
+
 def run_warnings(run: Run) -> list[dict]:
-    """The run's divergence warnings (its ``warning`` events, training/divergence.py), in order:
-    ``{condition, step, metric, value, bound, message, since_step?}``."""
-    keep = ("condition", "step", "metric", "value", "bound", "message", "since_step")
-    rows = RunEvent.objects.filter(run=run, kind="warning").order_by("seq").values_list("payload", flat=True)
+    """The run's divergence warnings, in order: ``{source, condition, step, metric, value?, bound, message,
+    since_step?}``."""
+    keep = ("source", "condition", "step", "metric", "value", "bound", "message", "since_step")
+    rows = RunEvent.objects.filter(run=run, **DIVERGENCE_WARNINGS).order_by("seq").values_list("payload", flat=True)
     return [{k: p[k] for k in keep if k in p} for p in rows if isinstance(p, dict)]
 

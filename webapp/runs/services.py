@@ -207,7 +207,7 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
         finish_run(run, status, error)
     if kind == "start" and run.status == Run.Status.RUNNING:
         notify_status(run)
-    if kind == "warning":  # the `make run` terminal shows warnings (webapp.console) as the page does
+    if kind == "warning" and event.get("condition"):  # a divergence warning: the `make run` terminal says it too
         log.warning("run #%s “%s”: divergence warning at step %s: %s", run.pk, run.name, event.get("step"),
                     event.get("message"))
     if broadcast:

@@ -16,7 +16,8 @@ KL_MESSAGE = ("KL to the reference model at step 8 is 90 nats/token, past monito
 
 
 def warning(step=8):
-    return line(run_events.warning_event(step, "kl", "kl", 90.0, 10.0, KL_MESSAGE))
+    return line(run_events.warning_event("monitor.kl_max", KL_MESSAGE, step, condition="kl", metric="kl", value=90.0,
+                                         bound=10.0))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -34,8 +35,7 @@ async def test_a_warning_event_reaches_the_page_live_and_on_a_replay():
     done = line(run_events.done_event("succeeded", warnings=[run_events.warning_summary(warning())]))
     await sync_to_async(ingest_event)(run, done, seq=2)
     [message] = [m for m in await receive_all(live, timeout=1.0) if m["event"] == "done"]  # and a status message
-    assert message["warnings"] == [{"condition": "kl", "step": 8,
-                                                                  "message": KL_MESSAGE}]
+    assert message["warnings"] == [{"source": "monitor.kl_max", "condition": "kl", "step": 8, "message": KL_MESSAGE}]
     await live.disconnect()
 
     replay, connected, _ = await connect(run, token)
@@ -53,8 +53,8 @@ def test_the_run_page_renders_its_stored_warnings(client_alice, run, caplog):
     # the `make run` terminal (webapp.console shows warnings) says it too
     assert [r.getMessage() for r in caplog.records] == [
         f"run #{run.pk} “first run”: divergence warning at step 8: {KL_MESSAGE}"]
-    assert run_warnings(run) == [{"condition": "kl", "step": 8, "metric": "kl", "value": 90.0, "bound": 10.0,
-                                  "message": KL_MESSAGE}]
+    assert run_warnings(run) == [{"source": "monitor.kl_max", "condition": "kl", "step": 8, "metric": "kl",
+                                  "value": 90.0, "bound": 10.0, "message": KL_MESSAGE}]
     html = client_alice.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-warnings" hidden' not in html and 'id="run-warnings"' in html
     assert '<li data-condition="kl" data-step="8">⚠ step 8: ' + KL_MESSAGE + "</li>" in html
@@ -88,3 +88,13 @@ def test_the_runs_list_marks_a_run_with_a_divergence_warning(client_alice, run, 
     row = lambda r: html[html.index(f'<tr data-run="{r.pk}"'):].split("</tr>", 1)[0]  # noqa: E731
     assert "⚠ diverging" in row(run) and f"/runs/{run.pk}/#run-warnings" in row(run)
     assert "diverging" not in row(calm)
+
+
+def test_a_warning_without_a_condition_is_no_divergence_warning(client_alice, run, caplog):
+    # an experiment tracker's warning (source tracking.*) is the trackers card's, not the divergence block's
+    with caplog.at_level("WARNING", logger="crucible.runs"):
+        ingest_event(run, line(run_events.RunWarning(source="tracking.wandb", message="W&B logging failed", step=3)),
+                     seq=0, broadcast=False)
+    assert run_warnings(run) == [] and not caplog.records
+    assert 'id="run-warnings" hidden' in client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert "⚠ diverging" not in client_alice.get("/runs/").content.decode()
