@@ -251,8 +251,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                        progress=not args.no_progress, phase_threads=phase_threads)
     except (ModelLoadError, KernelRefused) as e:  # bad input or kernels: `done` (failed, this message) is written
         raise UsageError(str(e)) from None
-    print(json.dumps({"status": status, "out": str(args.out)}))
+    print(json.dumps({"status": status, "out": str(args.out), **_done_warnings(args.out / "events.jsonl")}))
     return 0 if status in ("succeeded", "cancelled") else 1
+
+
+def _done_warnings(events_path: Path) -> dict:
+    """``{"warnings": [...]}`` when the run's last ``done`` event lists divergence warnings, else ``{}``."""
+    from training.events import read_events
+
+    if not events_path.exists():  # another process of a multi-GPU launch writes the events
+        return {}
+    done = next((e for e in reversed(read_events(events_path)) if e.get("event") == "done"), {})
+    return {"warnings": done["warnings"]} if done.get("warnings") else {}
 
 
 def _parse_ks(text: str | None, samples: int) -> list[int] | None:

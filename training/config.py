@@ -124,6 +124,11 @@ class ModelConfig(Section):
             raise ConfigError("adapters", "must not contain an empty path; give PEFT adapter directories")
 
 
+TURNS_NEED_CHAT = ("is {turns} but a repair turn is a chat message (the sandbox's answer as a user turn), and "
+                   "prompt_style is {prompt_style}; set prompt_style: chat or turns: 1")
+"""The refusal of ``sampling.turns`` > 1 without chat prompts; the new-run form checks it live with these words."""
+
+
 @dataclass(frozen=True)
 class SamplingConfig(Section):
     """How candidates are sampled from the policy."""
@@ -184,9 +189,7 @@ class SamplingConfig(Section):
                                            "sampling decides each step's later rounds from its rewards; set "
                                            "dynamic: false or staleness: 0")
         if self.turns > 1 and self.prompt_style != "chat":
-            raise ConfigError("turns", f"is {self.turns} but a repair turn is a chat message (the sandbox's answer "
-                                       "as a user turn), and prompt_style is completion; set prompt_style: chat "
-                                       "or turns: 1")
+            raise ConfigError("turns", TURNS_NEED_CHAT.format(turns=self.turns, prompt_style=self.prompt_style))
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -580,6 +583,23 @@ class TrackingConfig(Section):
 
 
 @dataclass(frozen=True)
+class MonitorConfig(Section):
+    """Divergence warnings: bounds on each step's metrics; a run past one gets a warning (once per condition) on
+    its page and in its done event, and goes on."""
+
+    kl_max: float | None = setting(10.0, gt=0.0)
+    """Warn when a step's KL to the reference (metric kl, nats/token) exceeds this or is not finite; null = never.
+    The repair benchmark's runs (benchmarks/RESULTS.md) ended under 0.5."""
+    loss_max: float | None = setting(10.0, gt=0.0)
+    """Warn when a step's |loss/policy + loss/kl| exceeds this or is not finite; null = never."""
+    flat_reward_steps: int | None = setting(10, ge=2, le=MAX_STEPS)
+    """Warn when this many steps in a row had no candidate passing every test and a flat reward/mean
+    (within flat_reward_tol): the run learns nothing; null = never."""
+    flat_reward_tol: float = setting(0.01, ge=0.0, le=1.0)
+    """How much reward/mean may move (max - min over those steps) and still count as flat."""
+
+
+@dataclass(frozen=True)
 class RunConfig(Section):
     """A whole training run."""
 
@@ -607,6 +627,8 @@ class RunConfig(Section):
     """What the model is told after a failing turn, when sampling.turns > 1."""
     tracking: TrackingConfig = setting(factory=TrackingConfig)
     """Experiment trackers (TensorBoard, W&B, MLflow) the run also logs to; all off by default."""
+    monitor: MonitorConfig = setting(factory=MonitorConfig)
+    """Divergence warnings: bounds on KL, loss and a flat reward that a run is warned about when it passes them."""
 
     def _check(self) -> None:
         if (self.reward.normalize == "per_component" and self.sampling.turns > 1
@@ -631,7 +653,7 @@ class RunConfig(Section):
 
 SECTIONS = (LoraConfig, ModelConfig, SamplingConfig, RewardWeights, OverlongConfig, RewardConfig, PPOConfig,
             ScheduleConfig, TrainConfig, SandboxConfig, VLLMConfig, DifficultyConfig, FeedbackConfig, WandbConfig,
-            MlflowConfig, TrackingConfig, RunConfig)
+            MlflowConfig, TrackingConfig, MonitorConfig, RunConfig)
 
 
 def field_docs() -> dict[str, dict[str, str]]:

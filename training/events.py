@@ -40,6 +40,8 @@ EVENT_KINDS = ("start", "step", "problem", "eval", "checkpoint", "done", "warnin
 DONE_STATUSES = ("succeeded", "failed", "cancelled")
 CHECKPOINT_KINDS = ("adapter", "merged", "full")
 SET_ASIDE_REASONS = ("zero_variance", "surplus")
+WARNING_CONDITIONS = ("kl", "loss", "flat_reward")
+"""What a ``warning`` event can say crossed its bound (training/divergence.py ``CONDITIONS``)."""
 
 
 class EventError(ValueError):
@@ -217,17 +219,31 @@ class Done(Event):
     KIND: ClassVar[str] = "done"
     status: str = field(metadata={"type": "str", "choices": DONE_STATUSES})
     error: str | None = field(default=None, metadata={"type": "str", "always": True})
+    warnings: list | None = field(default=None, metadata={"type": "list"})
+    """The run's divergence warnings (``warning`` events with a ``condition``), in order, as ``{source, condition, step,
+    message}`` (absent: none, or a trainer from before them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunWarning(Event):
-    """Something went wrong that does not stop the run (an experiment tracker failed and was dropped)."""
+    """Something went wrong that does not stop the run (an experiment tracker failed and was dropped; a divergence
+    bound of the ``monitor`` section was passed: training/divergence.py, once per condition)."""
 
     KIND: ClassVar[str] = "warning"
     source: str = field(metadata={"type": "str"})
-    """What it concerns, as a dotted config name where there is one (``tracking.wandb``)."""
+    """What it concerns, as a dotted config name where there is one (``tracking.wandb``, ``monitor.kl_max``)."""
     message: str = field(metadata={"type": "str"})
     step: int | None = field(default=None, metadata={"type": "int"})
+    condition: str | None = field(default=None, metadata={"type": "str", "choices": WARNING_CONDITIONS})
+    """A divergence warning: what crossed its bound (``kl`` | ``loss`` | ``flat_reward``)."""
+    metric: str | None = field(default=None, metadata={"type": "str"})
+    """A divergence warning: the metric (or sum) compared: ``kl``, ``loss/policy + loss/kl``, ``reward/mean``."""
+    value: float | None = field(default=None, metadata={"type": "number"})
+    """A divergence warning: its value (absent: not a finite number); ``flat_reward``: the flat steps' mean reward."""
+    bound: float | None = field(default=None, metadata={"type": "number"})
+    """A divergence warning: the ``monitor`` bound it crossed (``flat_reward``: the number of steps)."""
+    since_step: int | None = field(default=None, metadata={"type": "int"})
+    """A ``flat_reward`` warning: the first step of the flat stretch."""
 
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.KIND: cls for cls in (Start, Step, Problem, Eval, Checkpoint, Done,
@@ -290,14 +306,25 @@ def checkpoint_event(step: int, path: str, kind: str) -> Checkpoint:
     return Checkpoint(step=step, path=path, kind=kind)
 
 
-def warning_event(source: str, message: str, step: int | None = None) -> RunWarning:
-    return RunWarning(source=source, message=message, step=step)
-
-
-def done_event(status: str, error: str | None = None) -> Done:
+def done_event(status: str, error: str | None = None, *, warnings: list[dict] | None = None) -> Done:
     if status not in DONE_STATUSES:
         raise ValueError(f"unknown done status {status!r}; valid: {', '.join(DONE_STATUSES)}")
-    return Done(status=status, error=error)
+    return Done(status=status, error=error, warnings=warnings or None)
+
+
+def warning_event(source: str, message: str, step: int | None = None, *, condition: str | None = None,
+                  metric: str | None = None, value: float | None = None, bound: float | None = None,
+                  since_step: int | None = None) -> RunWarning:
+    if condition is not None and condition not in WARNING_CONDITIONS:
+        raise ValueError(f"unknown warning condition {condition!r}; valid: {', '.join(WARNING_CONDITIONS)}")
+    return RunWarning(source=source, message=message, step=step, condition=condition, metric=metric, value=value,
+                      bound=bound, since_step=since_step)
+
+
+def warning_summary(event: RunWarning | Mapping[str, Any]) -> dict:
+    """A divergence warning as the ``done`` event lists it: ``{source, condition, step, message}``."""
+    raw = event.to_dict() if isinstance(event, Event) else event
+    return {k: raw.get(k) for k in ("source", "condition", "step", "message")}
 
 
 # ---- the file ----------------------------------------------------------------------------------------

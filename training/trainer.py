@@ -54,12 +54,13 @@ from training.candidates import Rollout
 from training.candidates import normalized_rewards
 from training.config import RunConfig, config_to_dict
 from training.cores import PhaseThreads
+from training.divergence import DivergenceMonitor
 from training.dynamic_sampling import ZERO_VARIANCE
 from training.engines import make_engine
 from training.engines.vllm_server import EngineStartCancelled
 from training import metrics as metric_registry
 from training.events import (EventWriter, Problem, checkpoint_event, done_event, eval_event, problem_event,
-                             start_event, step_event)
+                             read_events, start_event, step_event, warning_event, warning_summary)
 from training.losses import logprob_mismatch, ppo_loss, tis_weights
 from training.policy import (fused_lora, load_policy, lora_sampling, sequence_logprobs, shared_prompt_logprobs,
                              shared_prompts_supported)
@@ -127,7 +128,8 @@ def train(config: RunConfig, out_dir: str | Path, *, resume: bool = False, stop_
     except BaseException as e:
         if trainer is None or not trainer.done_written:
             message = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
-            events.write(done_event("cancelled" if isinstance(e, KeyboardInterrupt) else "failed", message))
+            events.write(done_event("cancelled" if isinstance(e, KeyboardInterrupt) else "failed", message,
+                                    warnings=trainer.warnings if trainer is not None else None))
         raise
     finally:
         if trainer is not None:
@@ -153,6 +155,9 @@ class Trainer:
         self.progress = progress
         self.threads = phase_threads or PhaseThreads(None, None)
         self.done_written = False
+        self.warnings: list[dict] = []
+        """The run's divergence warnings so far, as its ``done`` event lists them (``warning_summary``)."""
+        self.monitor = DivergenceMonitor(config.monitor)
 
         loaded = load_problems(config.problems)
         if loaded.errors:
@@ -204,6 +209,7 @@ class Trainer:
                 state = ckpt.load_checkpoint(latest, self.policy.model, self.optimizer, self.scheduler)
                 self.start_step = self.resumed_from = state.step
                 self._checkpointed.add(state.step)
+                self._resume_warnings()
         self.model, self.optimizer = self.accelerator.prepare(self.policy.model, self.optimizer)
         self.shared_prompts = shared_prompts_supported(self.model)
         runtime = describe_runtime(self.accelerator.unwrap_model(self.model), dtype=cfg.model.dtype,
@@ -247,6 +253,7 @@ class Trainer:
             self.events.write(step_event(step, metrics))
             for pe in problem_events:
                 self.events.write(pe)
+            self._watch(step, metrics)
             self._progress(step, steps, started, metrics)
             if step < steps:
                 if cfg.train.eval_every and step % cfg.train.eval_every == 0:
@@ -538,8 +545,26 @@ class Trainer:
         return "cancelled"
 
     def _done(self, status: str, error: str | None = None) -> None:
-        self.events.write(done_event(status, error))
+        self.events.write(done_event(status, error, warnings=self.warnings))
         self.done_written = True
+
+    def _watch(self, step: int, metrics: dict) -> None:
+        """Divergence warnings (training/divergence.py): each condition the step crossed, once per run."""
+        for w in self.monitor.observe(step, metrics):
+            event = warning_event(w.source, w.message, w.step, condition=w.condition, metric=w.metric, value=w.value,
+                                  bound=w.bound, since_step=w.since_step)
+            self.events.write(event)
+            self.warnings.append(warning_summary(event))
+            if self.accelerator.is_main_process:
+                print(f"warning: {w.message}", file=sys.stderr, flush=True)
+
+    def _resume_warnings(self) -> None:
+        """A resumed run keeps the warnings it wrote before: they stay in its done event and do not repeat."""
+        path = self.out_dir / "events.jsonl"
+        earlier = [e for e in read_events(path) if e.get("event") == "warning" and e.get("condition")] \
+            if path.exists() else []
+        self.warnings = [warning_summary(e) for e in earlier]
+        self.monitor = DivergenceMonitor(self.config.monitor, already=[e.get("condition") for e in earlier])
 
     def _stop_requested(self) -> bool:
         flag = self.stop.requested()

@@ -350,6 +350,20 @@
     el.hidden = !text;
   }
 
+  // Divergence warnings (training/divergence.py, the config's monitor section): one per condition, from a
+  // live `warning` event or the `done` event's list; the server renders the stored ones on a (re)load.
+  function addWarning(w) {
+    var list = document.getElementById("run-warnings-list");
+    if (!w || typeof w.condition !== "string") return;
+    if (Array.prototype.some.call(list.children, function (li) { return li.dataset.condition === w.condition; })) return;
+    var li = document.createElement("li");
+    li.dataset.condition = w.condition;
+    li.dataset.step = w.step;
+    li.textContent = "⚠ step " + w.step + ": " + w.message;
+    list.appendChild(li);
+    document.getElementById("run-warnings").hidden = false;
+  }
+
   function refreshRuntime() {
     fetch("/runs/" + run.id + "/runtime", {credentials: "same-origin"}).then(function (r) {
       if (!r.ok) throw new Error("HTTP " + r.status);
@@ -752,7 +766,11 @@
       case "checkpoint":
         refreshCheckpoints();
         break;
+      case "warning":
+        addWarning(ev);
+        break;
       case "done":
+        (ev.warnings || []).forEach(addWarning);
         setStatus(ev.status, ev.error);
         refreshCheckpoints();
         break;

@@ -1,7 +1,8 @@
 // New-run form: presets fill every field, and move off a problem set they cannot use well (as the
 // server judges it) to the newest one they can; a switched-off section (use lora) greys out its
 // fields; the sticky launch bar says what differs from the chosen preset; out-of-range numbers are
-// refused here, with the server's wording, before the form is sent; the error banner links each bad field.
+// refused here, with the server's wording, before the form is sent; the error banner links each bad field;
+// sampling.turns > 1 without chat prompts is refused as soon as either field changes, in the server's words.
 (function () {
   "use strict";
   var form = document.getElementById("run-form");
@@ -93,6 +94,42 @@
     el.hidden = !missing;
   }
 
+  // sampling.turns > 1 needs prompt_style chat (a repair turn is a chat message): the server's refusal, in its
+  // words (training/config.py TURNS_NEED_CHAT, carried by the field's data-needs-chat), under the turns field and
+  // in the launch bar as soon as either field changes. -> the message, or null.
+  function turnsError() {
+    var turns = form.elements["sampling.turns"], style = form.elements["sampling.prompt_style"];
+    if (!turns || !style || !turns.dataset.needsChat) return null;
+    var n = Number(turns.value);
+    if (turns.value === "" || !Number.isInteger(n) || n <= 1 || style.value === "chat") return null;
+    return turns.dataset.needsChat.replace("{turns}", String(n)).replace("{prompt_style}", style.value);
+  }
+  function showTurnsIssue() {
+    var turns = form.elements["sampling.turns"], link = document.getElementById("turns-issue");
+    if (!turns) return null;
+    var field = turns.closest(".field"), error = turnsError();
+    var old = field.querySelector(".errorlist.turns-client");
+    if (old) old.remove();
+    var server = field.querySelector(".errorlist:not(.client):not(.turns-client)");  // after a refused Launch
+    if (error && !(server && server.textContent.indexOf(error) >= 0)) {
+      var list = document.createElement("ul"), li = document.createElement("li");
+      list.className = "errorlist turns-client";
+      li.textContent = error;
+      list.appendChild(li);
+      turns.closest("label").after(list);
+    }
+    if (error) {
+      field.classList.add("has-error");
+    } else if (!field.querySelector(".errorlist")) {
+      field.classList.remove("has-error");
+    }
+    if (link) {
+      link.textContent = error ? "⚠ sampling.turns " + turns.value + " needs prompt_style chat" : "";
+      link.hidden = !error;
+    }
+    return error;
+  }
+
   // After a preset: a set it cannot use well gives way to the newest set it can (the dropdown lists the
   // newest first), as the server picks the first set it offers; with none better the choice stays.
   function pickUsableSet() {
@@ -170,6 +207,7 @@
       withIssues(function () { pickUsableSet(); showChanges(); showSetIssues(); });
       showChanges();
       showEngineIssue();
+      showTurnsIssue();
     });
   });
   form.addEventListener("change", function (e) {
@@ -181,6 +219,10 @@
   form.addEventListener("input", function () { showChanges(); showSetIssues(); });
   form.addEventListener("change", showSetIssues);
   form.addEventListener("change", showEngineIssue);
+  form.addEventListener("change", showTurnsIssue);  // after the bounds check, which resets the field's marks
+  form.addEventListener("input", function (e) {
+    if (e.target.name === "sampling.turns" || e.target.name === "sampling.prompt_style") showTurnsIssue();
+  });
   form.addEventListener("submit", function (e) {
     var bad = Array.prototype.filter.call(form.querySelectorAll("input[type=number]"), markBounds);
     if (bad.length) {
@@ -188,12 +230,17 @@
       bad[0].focus();
       return;
     }
+    if (showTurnsIssue()) {
+      e.preventDefault();
+      form.elements["sampling.turns"].focus();
+      return;
+    }
     // Disabled inputs are not submitted; re-enable them so the server sees the whole config.
     Array.prototype.forEach.call(form.elements, function (el) { el.disabled = false; });
   });
   // The error banner's links bring their field into the middle of the view (the sticky launch bar would
   // hide one scrolled to the bottom) and put the cursor in it.
-  document.querySelectorAll("#form-errors .field-link, #engine-issue").forEach(function (link) {
+  document.querySelectorAll("#form-errors .field-link, #engine-issue, #turns-issue").forEach(function (link) {
     link.addEventListener("click", function (e) {
       var el = document.getElementById(link.getAttribute("href").slice(1));
       if (!el) return;
@@ -206,4 +253,5 @@
   showChanges();
   showSetIssues();
   showEngineIssue();
+  showTurnsIssue();
 })();

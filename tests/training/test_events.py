@@ -84,8 +84,11 @@ def test_every_kind_the_trainer_writes_parses_back_to_the_event_it_was(tmp_path)
             problem_event(3, "two-sum", 0.5, [{"code": "x", "reward": 0.4, "result": {"status": "failed"}}],
                           zero_variance=True, solve_rate_turn1=0.25, used=False, set_aside="zero_variance", round=2),
             eval_event(3, "heldout", 0.31, {"4": 0.48}, pass_at_1_turn1=0.2, per_problem={"a": {"n": 4, "c": 1}}),
-            checkpoint_event(3, "checkpoints/step-3", "adapter"), done_event("succeeded"),
-            warning_event("tracking.wandb", "W&B logging failed", step=3)]
+            checkpoint_event(3, "checkpoints/step-3", "adapter"),
+            done_event("succeeded", warnings=[{"source": "monitor.kl_max", "condition": "kl", "step": 2,
+                                               "message": "KL ..."}]),
+            warning_event("monitor.flat_reward_steps", "reward flat", step=3, condition="flat_reward",
+                          metric="reward/mean", value=0.2, bound=10.0, since_step=1)]
     lines = _written(tmp_path, *made)
     assert [line["event"] for line in lines] == list(EVENT_KINDS)
     for line, event in zip(lines, made):

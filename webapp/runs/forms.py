@@ -12,7 +12,8 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
-from training.config import ConfigError, LostNumber, json_number, json_schema, lost_number_message
+from training.config import (TURNS_NEED_CHAT, ConfigError, LostNumber, json_number, json_schema,
+                             lost_number_message)
 
 from webapp.core.text import name_problem
 from webapp.problems.models import ProblemSet
@@ -29,6 +30,7 @@ GROUPS = [  # (title, dotted prefix); the longest matching prefix wins
     ("Difficulty filter (the problem set's latest difficulty probe)", "difficulty"),
     ("Repair feedback (what the model is told after a failing turn, sampling.turns > 1)", "feedback"),
     (TRACKING_GROUP, "tracking"),
+    ("Divergence warnings (a run past these bounds is warned about and goes on)", "monitor"),
 ]
 WEB_DEFAULTS = {"model.name_or_path": WEB_DEFAULT_MODEL}  # the training default is a CLI path, not a web name
 # From the problem set; from model.name_or_path (run:<id>/step-<n>); the set's latest finished probe.
@@ -235,7 +237,18 @@ class RunForm(forms.Form):
             if getattr(field, "is_section", False):
                 self.sections.add(name)
         self._mark_engines()
+        self._mark_turns()
         self.config: dict | None = None
+
+    def _mark_turns(self) -> None:
+        """``sampling.turns`` > 1 needs chat prompts: the config's own refusal (``TURNS_NEED_CHAT``) travels with the
+        field, so run_new.js says it in the same words as soon as turns or prompt_style changes."""
+        field = self.fields.get("sampling.turns")
+        if field is not None:
+            field.widget.attrs["data-needs-chat"] = TURNS_NEED_CHAT
+            field.help_text += (" Repair needs a model that can follow feedback (it answers a chat prompt with code "
+                                "and fixes it when told why it failed); the demo's tiny models, warmed on completion "
+                                "prompts, cannot: their repair runs learn nothing (README “Multi-turn repair”).")
 
     def _mark_engines(self) -> None:
         """An engine this server cannot start says so in its option and beside the field (it stays a choice:

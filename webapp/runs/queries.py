@@ -12,7 +12,7 @@ from sandbox.result import Outcome
 from webapp.core import queueing
 
 from .archive import best_checkpoint_ids, heldout_points
-from .models import SUPERVISED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, StepMetric
+from .models import SUPERVISED_STATUSES, Candidate, Checkpoint, Eval, ProblemStat, Run, RunEvent, StepMetric
 
 # Outcomes of an execution are the sandbox's enum, with its labels and which are the sandbox's (or the
 # machine's) fault rather than the candidate's.
@@ -60,11 +60,12 @@ def queue(run: Run) -> dict | None:
 def experiment_rows(runs) -> list[dict]:
     """The runs list as an experiment table: held-out pass@1 before / after / best, the last step's
     total reward and the duration, for every run in two queries."""
-    from django.db.models import JSONField, OuterRef, Subquery
+    from django.db.models import Exists, JSONField, OuterRef, Subquery
     from django.utils import timezone
 
     latest = StepMetric.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
-    runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField())))
+    warned = RunEvent.objects.filter(run=OuterRef("pk"), **DIVERGENCE_WARNINGS)  # (run_warnings)
+    runs = list(runs.annotate(latest_metrics=Subquery(latest, output_field=JSONField()), has_warnings=Exists(warned)))
     by_run: dict[int, list[tuple[int, float]]] = {}
     for run_id, step, p1 in (Eval.objects.filter(run__in=[r.pk for r in runs], split="heldout", pass_at_1__isnull=False)
                              .order_by("step").values_list("run_id", "step", "pass_at_1")):
@@ -79,6 +80,7 @@ def experiment_rows(runs) -> list[dict]:
                      "after": points[-1][1] if len(points) > 1 else None,
                      "best": max(p for _, p in points) if points else None,
                      "best_step": max(points, key=lambda point: point[1])[0] if points else None,
+                     "warned": run.has_warnings,
                      "reward": reward if isinstance(reward, (int, float)) else None,
                      "duration_s": (end - run.started).total_seconds() if run.started and end else None})
         rows[-1]["duration"] = duration_text(rows[-1]["duration_s"])
@@ -275,3 +277,17 @@ def problems_json(run: Run) -> str:
         f'"history":{history},"zero_variance_groups":{zv},"solve_rate_turn1":{json.dumps(turn1)},'
         f'"pass_rate":{json.dumps(rate)},"pass_rate_turn1":{json.dumps(turn1)}}}'
         for pid, split, rate, history, zv, turn1 in rows) + "]"
+
+
+DIVERGENCE_WARNINGS = {"kind": "warning", "payload__has_key": "condition"}
+"""Stored events that are divergence warnings (training/divergence.py): ``warning`` events with a ``condition``
+(a tracker's warnings have none; webapp/runs/trackers.py shows those)."""
+
+
+def run_warnings(run: Run) -> list[dict]:
+    """The run's divergence warnings, in order: ``{source, condition, step, metric, value?, bound, message,
+    since_step?}``."""
+    keep = ("source", "condition", "step", "metric", "value", "bound", "message", "since_step")
+    rows = RunEvent.objects.filter(run=run, **DIVERGENCE_WARNINGS).order_by("seq").values_list("payload", flat=True)
+    return [{k: p[k] for k in keep if k in p} for p in rows if isinstance(p, dict)]
+

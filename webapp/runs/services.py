@@ -204,6 +204,9 @@ def ingest_event(run: Run, event: dict, *, seq: int, offset: int | None = None, 
         finish_run(run, status, error)
     if kind == "start" and run.status == Run.Status.RUNNING:
         notify_status(run)
+    if kind == "warning" and event.get("condition"):  # a divergence warning: the `make run` terminal says it too
+        log.warning("run #%s “%s”: divergence warning at step %s: %s", run.pk, run.name, event.get("step"),
+                    event.get("message"))
     if broadcast:
         # The rows this event changed as stored just now (this run's events are ingested one at a time).
         read_models = queries.event_read_models(run, event) if parsed is not None else {}

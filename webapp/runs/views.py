@@ -185,6 +185,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     # minute, and each worker start: tasks.fail_lost_runs), never from whoever opens the page.
     run = _run(request, run_id)
     run_evals = queries.evals(run)
+    run_warnings = queries.run_warnings(run)  # divergence warnings (training/divergence.py)
     last_seq = RunEvent.objects.filter(run=run).order_by("-seq").values_list("seq", flat=True).first()
     latest = StepMetric.objects.filter(run=run).order_by("-step").values_list("step", "metrics").first()
     state = json.dumps({
@@ -204,6 +205,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "config_summary": _config_summary(run.config), "config_yaml": config_yaml(run),
         "runtime": runtime.runtime_rows(runtime.latest_start(run)), "run_id": run.pk,
         "integrity": integrity.panel(run),
+        "run_warnings": run_warnings,
         "whatif": rescore.panel_context(run), "turns": _turns_of(run.config),
         # the registry of step metrics names the charts and their lines; repair only on multi-turn runs
         "metric_registry": metric_registry.registry_json(), "run_statuses": status_groups(),
