@@ -84,7 +84,7 @@ async def connect(run, token, query=""):
 
     communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/{query}",
                                          headers=[ORIGIN, token_header(token)])
-    connected, code = await communicator.connect(timeout=10)  # well under 1 s (the default) unless the machine is loaded
+    connected, code = await communicator.connect(timeout=10)  # default 1 s: too short on a loaded machine
     return communicator, connected, code
 
 

@@ -269,7 +269,7 @@ async def test_an_unrouted_websocket_path_is_refused_without_an_error(path, capl
     communicator = WebsocketCommunicator(application, path, headers=[
         (b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {token}".encode())])
     with caplog.at_level(logging.WARNING):
-        connected, _ = await communicator.connect(timeout=10)  # well under 1 s (the default) unless the machine is loaded
+        connected, _ = await communicator.connect(timeout=10)  # default 1 s: too short on a loaded machine
     assert not connected
     await communicator.wait()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]

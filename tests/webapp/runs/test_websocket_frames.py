@@ -30,7 +30,7 @@ async def open_socket(route: str, username: str = "wsowner"):
     _, run, token = await sync_to_async(setup_run)(username)
     path = "/ws/notifications/" if route == "notifications" else f"/ws/runs/{run.pk}/"
     communicator = WebsocketCommunicator(application, path, headers=[ORIGIN, token_header(token)])
-    connected, _ = await communicator.connect(timeout=10)  # well under 1 s (the default) unless the machine is loaded
+    connected, _ = await communicator.connect(timeout=10)  # default 1 s: too short on a loaded machine
     assert connected
     return communicator
 
