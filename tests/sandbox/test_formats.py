@@ -206,38 +206,34 @@ def test_bad_utf8_and_deep_nesting_are_line_errors_not_crashes():
     assert "nested too deeply" in errors[21]
 
 
+def _check_stdio_field(field: str, value, ok: bool, stored=lambda value: value) -> None:
+    """A stdio problem with ``field: value`` loads, keeping ``stored(value)``, when ``ok``; else it is
+    refused with a ProblemError that names ``field``."""
+    d = {"id": "x", "kind": "stdio", "test_cases": [{"input": "", "output": ""}], field: value}
+    if ok:
+        assert getattr(Problem.from_dict(d), field) == stored(value)
+    else:
+        with pytest.raises(ProblemError, match=field):
+            Problem.from_dict(d)
+
+
 @pytest.mark.parametrize("value, ok", [(0.5, True), (60, True), (0, False), (-1, False), (61, False),
                                        (float("nan"), False), (True, False), ("2", False)])
 def test_time_limit_must_be_a_positive_sane_number(value, ok):
-    d = {"id": "x", "kind": "stdio", "test_cases": [{"input": "", "output": ""}], "time_limit_s": value}
-    if ok:
-        assert Problem.from_dict(d).time_limit_s == float(value)
-    else:
-        with pytest.raises(ProblemError, match="time_limit_s"):
-            Problem.from_dict(d)
+    _check_stdio_field("time_limit_s", value, ok, stored=float)
 
 
 @pytest.mark.parametrize("value, ok", [(16, True), (256.0, True), (16384, True), (8, False),
                                        (100000, False), (256.5, False), (False, False)])
 def test_memory_limit_must_be_an_integer_in_range(value, ok):
-    d = {"id": "x", "kind": "stdio", "test_cases": [{"input": "", "output": ""}], "memory_limit_mb": value}
-    if ok:
-        assert Problem.from_dict(d).memory_limit_mb == int(value)
-    else:
-        with pytest.raises(ProblemError, match="memory_limit_mb"):
-            Problem.from_dict(d)
+    _check_stdio_field("memory_limit_mb", value, ok, stored=int)
 
 
 @pytest.mark.parametrize("checker, ok", [("exact", True), ("tokens", True), ("float:1e-6", True),
                                          ("float:0.5", True), ("float:", False), ("float:0", False),
                                          ("float:inf", False), ("float:abc", False), ("regex", False)])
 def test_checker_is_exact_tokens_or_float_with_a_positive_epsilon(checker, ok):
-    d = {"id": "x", "kind": "stdio", "test_cases": [{"input": "", "output": ""}], "checker": checker}
-    if ok:
-        assert Problem.from_dict(d).checker == checker
-    else:
-        with pytest.raises(ProblemError, match="checker"):
-            Problem.from_dict(d)
+    _check_stdio_field("checker", checker, ok)
 
 
 def test_a_stdio_problem_with_function_tests_is_rejected_rather_than_silently_ignored():

@@ -350,6 +350,14 @@ def _run_cli(*args, **kw) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _cli_ok(*args, timeout: float = 600) -> str:
+    """Run ``python -m training ARGS`` to its end; it must succeed. Its stdout."""
+    proc = _run_cli(*args)
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return out
+
+
 def _events(run: Path) -> list[dict]:
     from training.events import read_events
 
@@ -397,9 +405,7 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
     marker = str(run_model)
     run = tmp_path / "run"
     adapter = {"vllm": {"sync": "adapter"}}  # the GPU default (auto picks weights on this CPU build)
-    proc = _run_cli("run", "--config", str(run_config(adapter, steps=2)), "--out", str(run), "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    _cli_ok("run", "--config", str(run_config(adapter, steps=2)), "--out", str(run), "--no-progress")
     events = _events(run)
     start = events[0]
     assert start["runtime"]["engine"]["name"] == "vllm" and start["runtime"]["engine"]["version"]
@@ -416,19 +422,15 @@ def test_a_vllm_run_trains_evaluates_checkpoints_resumes_and_exports_leaving_no_
     assert _gone(marker, 5)
 
     # resume: two more steps from the step-2 checkpoint, numbered on
-    proc = _run_cli("run", "--config", str(run_config(adapter, steps=4)), "--out", str(run), "--resume",
-                    "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    _cli_ok("run", "--config", str(run_config(adapter, steps=4)), "--out", str(run), "--resume", "--no-progress")
     events = _events(run)
     restart = max(i for i, e in enumerate(events) if e["event"] == "start")
     assert events[restart]["resumed_from"] == 2
     assert [e["step"] for e in events[restart:] if e["event"] == "step"] == [3, 4]
     assert _gone(marker, 5)
 
-    proc = _run_cli("export", "--adapter", str(run / "checkpoints" / "step-4"), "--out", str(tmp_path / "merged"))
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    _cli_ok("export", "--adapter", str(run / "checkpoints" / "step-4"), "--out", str(tmp_path / "merged"),
+            timeout=300)
     assert (tmp_path / "merged" / "model.safetensors").exists()
 
 
@@ -437,9 +439,7 @@ def test_with_staleness_one_the_next_step_is_sampled_by_the_previous_policy_whil
     marker = str(run_model)
     run = tmp_path / "run"
     config = run_config({"sampling": {"staleness": 1}}, steps=4, eval_every=2, checkpoint_every=2)
-    proc = _run_cli("run", "--config", str(config), "--out", str(run), "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    _cli_ok("run", "--config", str(config), "--out", str(run), "--no-progress")
     events = _events(run)
     steps = {e["step"]: e["metrics"] for e in events if e["event"] == "step"}
     assert sorted(steps) == [1, 2, 3, 4]
@@ -462,9 +462,7 @@ def test_a_two_turn_vllm_run_trains_evaluates_checkpoints_and_resumes(tmp_path, 
     two_turns = {"sampling": {"prompt_style": "chat", "turns": 2}, "reward": {"turns": "discounted"},
                  "feedback": {"stderr_chars": 300}}
     run = tmp_path / "run"
-    proc = _run_cli("run", "--config", str(run_config(two_turns, steps=2)), "--out", str(run), "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    _cli_ok("run", "--config", str(run_config(two_turns, steps=2)), "--out", str(run), "--no-progress")
     events = _events(run)
     assert events[0]["runtime"]["engine"]["name"] == "vllm"
     steps = [e for e in events if e["event"] == "step"]
@@ -482,10 +480,7 @@ def test_a_two_turn_vllm_run_trains_evaluates_checkpoints_and_resumes(tmp_path, 
     assert [e["event"] for e in events][-2:] == ["checkpoint", "done"] and events[-1]["status"] == "succeeded"
     assert (run / "checkpoints" / "step-2" / "adapter_model.safetensors").exists()
 
-    proc = _run_cli("run", "--config", str(run_config(two_turns, steps=3)), "--out", str(run), "--resume",
-                    "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    _cli_ok("run", "--config", str(run_config(two_turns, steps=3)), "--out", str(run), "--resume", "--no-progress")
     events = _events(run)
     restart = max(i for i, e in enumerate(events) if e["event"] == "start")
     assert events[restart]["resumed_from"] == 2
@@ -495,11 +490,9 @@ def test_a_two_turn_vllm_run_trains_evaluates_checkpoints_and_resumes(tmp_path, 
 
     # `python -m training eval` of the checkpoint, two turns through its own server: sized for the later
     # turns' prompts (earlier replies and feedback), which a server sized for turn 1 alone refuses
-    proc = _run_cli("eval", "--model", str(run_model), "--adapter", str(run / "checkpoints" / "step-3"),
-                    "--config", str(run_config(two_turns, steps=3)), "--problems", str(tmp_path / "problems.jsonl"),
-                    "--samples", "2", "--split", "all")
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    out = _cli_ok("eval", "--model", str(run_model), "--adapter", str(run / "checkpoints" / "step-3"),
+                  "--config", str(run_config(two_turns, steps=3)), "--problems", str(tmp_path / "problems.jsonl"),
+                  "--samples", "2", "--split", "all")
     report = json.loads(out.strip().splitlines()[-1])
     assert 0.0 <= report["pass@1/turn1"] <= report["pass@1"] <= 1.0 and _gone(str(run_model), 5)
 
@@ -511,14 +504,9 @@ def test_a_full_fine_tune_samples_the_weights_each_step_made_also_after_a_resume
     samples are); the sampler/trainer gap stays at bfloat16 noise on every step, the resumed one included."""
     run = tmp_path / "run"
     full = {"model": {"lora": None}, "ppo": {"learning_rate": 1e-3, "kl_coef": 0.0}}
-    proc = _run_cli("run", "--config", str(run_config(full, steps=2, checkpoint_every=2)), "--out", str(run),
-                    "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    proc = _run_cli("run", "--config", str(run_config(full, steps=3, checkpoint_every=2)), "--out", str(run),
-                    "--resume", "--no-progress")
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    _cli_ok("run", "--config", str(run_config(full, steps=2, checkpoint_every=2)), "--out", str(run), "--no-progress")
+    _cli_ok("run", "--config", str(run_config(full, steps=3, checkpoint_every=2)), "--out", str(run),
+            "--resume", "--no-progress")
     events = _events(run)
     starts = [e for e in events if e["event"] == "start"]
     assert [s["runtime"]["engine"]["sync"] for s in starts] == ["weights", "weights"]

@@ -9,13 +9,16 @@ lacks. A task published twice is harmless: every job's body is idempotent.
 
 A job names its Celery task once (``DurableJob("runs.supervise", ...)`` in the module that publishes
 it); the app's ``tasks.py`` registers the body under that name with ``@JOB.task()``, so the publisher
-never imports its task module. The queue comes only from ``CELERY_TASK_ROUTES``.
+never imports its task module. The queue comes only from ``CELERY_TASK_ROUTES``. A job whose task takes
+one row's id, its task id ``<prefix>-<id>``, is a ``RowJob``.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable
+
+from django.db.models import QuerySet
 
 from webapp.celery import app
 
@@ -76,3 +79,23 @@ class DurableJob:
         if published:
             log.warning("published %s %s (the broker held no task for them)", self.what, published)
         return published
+
+
+class RowJob(DurableJob):
+    """A durable job whose task takes one row's id: ``rows()`` are the rows waiting for it, and the task of
+    row ``pk`` is published with the id ``<prefix>-<pk>`` (``task_id``)."""
+
+    def __init__(self, name: str, *, rows: Callable[[], QuerySet], prefix: str, what: str):
+        super().__init__(name, pending=self._pending_rows, what=what)
+        self._rows, self.prefix = rows, prefix
+
+    def task_id(self, pk: int) -> str:
+        return f"{self.prefix}-{pk}"
+
+    def _pending_rows(self) -> Iterable[Pending]:
+        for pk in self._rows().values_list("pk", flat=True):
+            yield Pending(pk, self.task_id(pk), (pk,))
+
+    def publish_row(self, pk: int) -> bool:
+        """Publish row ``pk``'s task; False (logged) when the broker is down: the sweep publishes it again."""
+        return self.publish(pk, task_id=self.task_id(pk))

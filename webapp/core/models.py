@@ -1,3 +1,6 @@
+import signal
+import socket
+
 from django.db import models, transaction
 from django.utils import timezone
 
@@ -153,3 +156,58 @@ class TrainerJob(LockedRow, models.Model):
     def lost(cls):
         """The jobs a worker holds that is gone (killed, its host lost): each needs a verdict."""
         return [job for job in cls.objects.filter(status__in=cls.SUPERVISED) if not job.worker_is_alive()]
+
+
+class RestartableJob(TrainerJob):
+    """A trainer job that starts over when its task is redelivered (a difficulty probe, an evaluation; a
+    run resumes instead): a pending row, or a running one whose task died, is claimed again, and a worker
+    being stopped puts its row back to pending. ``done`` counts its progress (a subclass declares it,
+    with its status field).
+    """
+
+    PENDING: str = "pending"
+    FAILED: str = "failed"
+    WAITING = ("pending",)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def in_progress(self) -> bool:
+        """Waiting for its task, or held by one."""
+        return self.status in self.WAITING + self.SUPERVISED
+
+    def claimable_by(self, host: str, pid: int) -> bool:
+        """Pending; or running in a task that died (the redelivered task runs it again) or in this one."""
+        if self.status != self.RUNNING:
+            return super().claimable_by(host, pid)
+        return (self.worker_host, self.worker_pid) == (host, pid) or not self.worker_is_alive()
+
+    def on_claim(self) -> None:
+        self.started, self.done = timezone.now(), 0
+
+    def release(self) -> None:
+        """running -> pending: the worker is being stopped; the redelivered task runs the job again."""
+        type(self).objects.filter(pk=self.pk, status=self.RUNNING).update(status=self.PENDING)
+
+    def record_progress(self, done: int) -> None:
+        type(self).objects.filter(pk=self.pk).update(done=done)
+        self.done = done
+
+    def stop_orphan(self) -> None:
+        """Kill the child a dead worker left behind (on this host), if that pid is still the job's child."""
+        if self.worker_host == socket.gethostname() and self.is_trainer():
+            trainer_process.signal_group(self.trainer_pid, signal.SIGKILL)
+
+    def fail_lost(self, again: str) -> bool:
+        """Fail this job if the worker supervising it died (killed, host lost) -> whether this call failed
+        it; its child, if it outlived the worker, is stopped. ``again`` ends the error: what the user may
+        do now (``"estimate again"``)."""
+        with transaction.atomic():
+            locked = self._locked()
+            if locked is None or locked.status not in self.SUPERVISED or locked.worker_is_alive():
+                return False
+            locked.stop_orphan()
+            locked.finish(self.FAILED, f"the worker running this {self._meta.verbose_name} ({locked.worker_label}) "
+                                       f"died before it finished; {again}")
+        return True

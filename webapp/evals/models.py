@@ -9,12 +9,12 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from webapp.core.models import OwnedQuerySet, TrainerJob
+from webapp.core.models import OwnedQuerySet, RestartableJob
 from webapp.problems.models import ProblemSet
 from webapp.runs.models import Run
 
 
-class Evaluation(TrainerJob):
+class Evaluation(RestartableJob):
     """One evaluation: ``samples`` completions per problem of ``suite`` (or ``problem_set``) from ``model``
     with ``seed``; ``pass_at_1`` and ``pass_at_k`` (``{"k": value}``) by the unbiased estimator when done.
 
@@ -32,7 +32,6 @@ class Evaluation(TrainerJob):
         FAILED = "failed"
         CANCELLED = "cancelled"
 
-    WAITING = ("pending",)
     SUPERVISED = ("running", "cancelling")
     FINISHED = ("done", "failed", "cancelled")
 
@@ -84,10 +83,6 @@ class Evaluation(TrainerJob):
         return f"problem set {self.problem_set.name}" if self.problem_set else "(deleted problem set)"
 
     @property
-    def in_progress(self) -> bool:
-        return self.status in (self.Status.PENDING, self.Status.RUNNING, self.Status.CANCELLING)
-
-    @property
     def progress_text(self) -> str:
         if self.status == self.Status.RUNNING:
             return f"{self.done} of {self.total} problems evaluated…"
@@ -106,19 +101,6 @@ class Evaluation(TrainerJob):
     def trainer_marker(self) -> str:
         return str(self.directory / "eval.yaml")
 
-    def claimable_by(self, host: str, pid: int) -> bool:
-        """Pending; or running in a task that died (the redelivered task runs it again) or in this one."""
-        if self.status != self.Status.RUNNING:
-            return super().claimable_by(host, pid)
-        return (self.worker_host, self.worker_pid) == (host, pid) or not self.worker_is_alive()
-
-    def on_claim(self) -> None:
-        self.started, self.done = timezone.now(), 0
-
-    def release(self) -> None:
-        """running -> pending: the worker is being stopped; the redelivered task evaluates again."""
-        Evaluation.objects.filter(pk=self.pk, status=self.Status.RUNNING).update(status=self.Status.PENDING)
-
     def cancel(self) -> bool:
         """pending -> cancelled at once; running -> cancelling (its supervisor stops the child and finishes it
         cancelled); cancelling stays. False when it is already over (nothing changed)."""
@@ -135,10 +117,6 @@ class Evaluation(TrainerJob):
             job.save()
             self._refresh_from(job)
             return True
-
-    def record_progress(self, done: int) -> None:
-        Evaluation.objects.filter(pk=self.pk).update(done=done)
-        self.done = done
 
     # ---- the API's object ---------------------------------------------------------------------------
 

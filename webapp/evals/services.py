@@ -6,19 +6,15 @@ problem set, as a ``gpu`` job.
   ``evals.evaluate`` (``EVAL_JOB``) after the commit. ``request_before_after``: a run's base model and
   its best (else last) checkpoint, on the same suite, samples, seed and sampling settings.
 - ``run_evaluation`` (the task's body, idempotent): a thin supervisor around ``python -m training eval
-  --out FILE --record`` as a child process (``webapp.core.trainer_process``, as a probe's): one
+  --out FILE --record`` as a child process (``webapp.core.supervision``, as a probe's): one
   ``EvalProblem`` per output line as it appears (progress), the summary when it ends; a cancel asks the
   child to stop (SIGTERM, then SIGKILL).
 """
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
-import socket
 import sys
-from typing import Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -29,16 +25,16 @@ from training.config import ConfigError, config_from_dict, save_config
 from training.evaluation import default_ks
 from training.suites import SuiteError, load_suite
 
-from webapp.core import trainer_process
+from webapp.core import supervision
 from webapp.core.groups import user_group
-from webapp.core.jobs import DurableJob, Pending
+from webapp.core.jobs import RowJob
 from webapp.core.jsonsafe import db_safe
 from webapp.probes.services import sampling_config
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import write_problems_jsonl
 from webapp.runs.archive import best_checkpoint_ids
 from webapp.runs.config import default_config, merge_config
-from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
+from webapp.runs.model_refs import check_model_field, checkpoint_reference, resolve_model
 from webapp.runs.models import Run
 
 from .models import EvalProblem, Evaluation
@@ -76,19 +72,6 @@ def _check_samples(samples, ks) -> list[int]:
     return sorted(set(ks) | {1})
 
 
-def _check_model(model, user) -> str:
-    model = model.strip() if isinstance(model, str) else ""
-    if not model:
-        raise ConfigError("model", "is required: a preset or installed model (models/<name>), a hub id "
-                                   "(org/name), or a checkpoint of one of your runs as run:<id>/step-<n>")
-    try:
-        resolve_model(model, user)
-    except ConfigError as exc:  # the run form's refusal, under this request's field name
-        raise ConfigError("model", exc.message) from None
-    check_hub_model(model, "model")
-    return model
-
-
 def _benchmark_size(user, suite, problem_set, split) -> tuple[str, ProblemSet | None, int]:
     if bool(suite) == (problem_set is not None):
         raise ConfigError("suite", "name either a suite (humaneval, humaneval:N) or a problem set, not both "
@@ -119,7 +102,7 @@ def request_evaluation(user, *, model: str, suite: str | None = None, problem_se
     """Queue an evaluation of ``model`` on ``suite`` or ``problem_set`` by ``user``; ConfigError names a bad
     field, EvalConflict says why it cannot be done now. ``config`` (sampling sections) defaults to the
     model's run's or preset's (``probes.services.sampling_config``)."""
-    model = _check_model(model, user)
+    model = check_model_field(model, user)
     ks = _check_samples(samples, ks)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
         raise ConfigError("seed", f"must be a whole number from 0 to 2^31-1; got {seed!r}")
@@ -134,7 +117,7 @@ def request_evaluation(user, *, model: str, suite: str | None = None, problem_se
             owner=user, suite=suite, problem_set=problem_set, split=split if problem_set else "all", model=model,
             run=run, step=step, label=label, samples=samples, ks=ks, seed=seed,
             config=config if config is not None else sampling_config(model, user), total=total)
-        evaluation.task_id = task_id(evaluation.pk)
+        evaluation.task_id = EVAL_JOB.task_id(evaluation.pk)
         evaluation.save(update_fields=["task_id"])
         if publish:
             transaction.on_commit(lambda: publish_evaluation(evaluation.pk))
@@ -171,21 +154,13 @@ def request_before_after(run: Run, user, *, suite: str | None = None, problem_se
     return before, after
 
 
-def task_id(evaluation_id: int) -> str:
-    return f"evaluation-{evaluation_id}"
-
-
-def _pending() -> Iterable[Pending]:
-    for pk in Evaluation.objects.filter(status=Evaluation.Status.PENDING).values_list("pk", flat=True):
-        yield Pending(pk, task_id(pk), (pk,))
-
-
-EVAL_JOB = DurableJob("evals.evaluate", pending=_pending, what="the evaluation again for evaluations")
+EVAL_JOB = RowJob("evals.evaluate", rows=lambda: Evaluation.objects.filter(status=Evaluation.Status.PENDING),
+                  prefix="evaluation", what="the evaluation again for evaluations")
 
 
 def publish_evaluation(evaluation_id: int) -> bool:
     """Publish ``evals.evaluate``; False (logged) when the broker is down: the sweep publishes it again."""
-    return EVAL_JOB.publish(evaluation_id, task_id=task_id(evaluation_id))
+    return EVAL_JOB.publish_row(evaluation_id)
 
 
 def cancel_evaluation(evaluation: Evaluation) -> Evaluation:
@@ -216,39 +191,13 @@ def run_evaluation(evaluation_id: int) -> Evaluation | None:
     evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
     if evaluation is None:
         return None
-    if evaluation.status == Evaluation.Status.RUNNING and not evaluation.worker_is_alive():
-        stop_orphan(evaluation)
-    if not evaluation.claim(host=socket.gethostname(), pid=os.getpid()):
-        return evaluation
-    notify(evaluation)
-    try:
-        return _supervise(evaluation)
-    except SystemExit:  # the worker is being stopped: the redelivered task evaluates again
-        evaluation.release()
-        raise
-    except Exception as exc:
-        log.exception("evaluation %s failed", evaluation.pk)
-        return _finish(evaluation, Evaluation.Status.FAILED, error=f"{type(exc).__name__}: {exc}")
-
-
-def stop_orphan(evaluation: Evaluation) -> None:
-    if evaluation.worker_host == socket.gethostname() and evaluation.is_trainer():
-        trainer_process.signal_group(evaluation.trainer_pid, signal.SIGKILL)
+    return supervision.run_job(evaluation, _supervise, notify=notify, log=log,
+                               fail=lambda e, error: _finish(e, Evaluation.Status.FAILED, error=error))
 
 
 def fail_lost_evaluations() -> list[int]:
     """Fail every running (or cancelling) evaluation whose worker died -> their ids."""
-    failed = []
-    for evaluation in Evaluation.lost():
-        with transaction.atomic():
-            locked = Evaluation.objects.select_for_update().filter(pk=evaluation.pk).first()
-            if locked is None or locked.status not in Evaluation.SUPERVISED or locked.worker_is_alive():
-                continue
-            stop_orphan(locked)
-            locked.finish(Evaluation.Status.FAILED, f"the worker running this evaluation ({locked.worker_label}) "
-                                                    "died before it finished; evaluate again")
-        failed.append(evaluation.pk)
-    return failed
+    return [evaluation.pk for evaluation in Evaluation.lost() if evaluation.fail_lost("evaluate again")]
 
 
 def _supervise(evaluation: Evaluation) -> Evaluation | None:
@@ -268,10 +217,6 @@ def _supervise(evaluation: Evaluation) -> Evaluation | None:
     config["problems"] = str(directory / "problems.jsonl")  # a required key; eval reads --suite/--problems
     save_config(config_from_dict(config), directory / "eval.yaml")
     out = directory / "eval.jsonl"
-    with open(directory / "stdout.log", "wb") as stdout, open(directory / "stderr.log", "wb") as stderr:
-        proc = trainer_process.spawn(command, cwd=directory, stdout=stdout, stderr=stderr)
-    evaluation.record_trainer(proc.pid)
-    follower = trainer_process.EventFollower(out)
     summary: dict = {}
     gone = False
 
@@ -296,23 +241,16 @@ def _supervise(evaluation: Evaluation) -> Evaluation | None:
         gone = status is None
         return KILL_GRACE_S if gone or status == Evaluation.Status.CANCELLING else None
 
-    try:
-        rc = trainer_process.follow_child(proc, follower, on_lines=on_lines, check=check, poll_s=POLL_S,
-                                          check_s=CHECK_S)
-    finally:
-        follower.close()
-        if proc.poll() is None:
-            trainer_process.stop(proc, KILL_GRACE_S)
+    rc = supervision.run_child(evaluation, command, directory=directory, out=out, on_lines=on_lines, check=check,
+                               poll_s=POLL_S, check_s=CHECK_S, grace_s=KILL_GRACE_S)
     if gone or not Evaluation.objects.filter(pk=evaluation.pk).exists():
         shutil.rmtree(directory, ignore_errors=True)
         return None
     if evaluation.beat() == Evaluation.Status.CANCELLING:
         return _finish(evaluation, Evaluation.Status.CANCELLED, error="cancelled")
     if rc != 0:
-        tail = trainer_process.stderr_tail(directory / "stderr.log")
-        how = trainer_process.exit_text(rc)
-        return _finish(evaluation, Evaluation.Status.FAILED,
-                       error=f"the evaluation exited ({how})" + (f":\n{tail}" if tail else ""))
+        error = supervision.exit_error("the evaluation", rc, directory)
+        return _finish(evaluation, Evaluation.Status.FAILED, error=error)
     if "pass@1" not in summary:
         return _finish(evaluation, Evaluation.Status.FAILED, error=f"{out.name} ended without its summary line")
     # The CLI names the model as the worker resolved it (a server path): the stored summary as the user did.

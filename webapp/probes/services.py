@@ -9,7 +9,7 @@ difficulty probe" and the API table's probe row, issue #11). The ``Probe`` row i
   ``gpu_short`` queue: a short-job worker, or an idle gpu worker, takes it, never behind a run) after
   the commit. While it waits, ``Probe.queue_place`` says where it stands (``webapp.core.queueing``).
 - ``run_probe`` (the task's body, idempotent): a thin supervisor around ``python -m training probe``
-  as a child process (``webapp.core.trainer_process``, as for a run): the set written out as native
+  as a child process (``webapp.core.supervision``, as an evaluation's): the set written out as native
   JSONL and the output file under the set's data dir (``Probe.directory``),
   progress counted from the output lines as they appear, the owner's pages notified, the results
   stored when it ends.
@@ -17,13 +17,9 @@ difficulty probe" and the API table's probe row, issue #11). The ``Probe`` row i
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
-import socket
 import sys
 from pathlib import Path
-from typing import Iterable
 
 from django.conf import settings
 from django.db import transaction
@@ -31,13 +27,13 @@ from django.db import transaction
 from training.config import ConfigError, config_from_dict, save_config
 from training.difficulty import ProbeFileError, read_probe
 
-from webapp.core import queueing, trainer_process
-from webapp.core.jobs import DurableJob, Pending
+from webapp.core import queueing, supervision
+from webapp.core.jobs import RowJob
 from webapp.core.jsonsafe import db_safe
 from webapp.problems.models import Probe, ProblemSet
 from webapp.problems.services import notify_owner, write_problems_jsonl
 from webapp.runs.config import default_config, merge_config
-from webapp.runs.model_refs import check_hub_model, checkpoint_reference, resolve_model
+from webapp.runs.model_refs import check_model_field, checkpoint_reference, resolve_model
 from webapp.runs.models import Run
 from webapp.runs.presets import presets
 
@@ -81,15 +77,7 @@ def check_probe_request(user, model, adapter, samples) -> tuple[str, str]:
     if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= settings.PROBE_MAX_SAMPLES:
         raise ConfigError("samples", f"must be a whole number from 1 to {settings.PROBE_MAX_SAMPLES} (this server's "
                                      f"limit, CRUCIBLE_PROBE_MAX_SAMPLES); got {samples!r}")
-    model = model.strip() if isinstance(model, str) else ""
-    if not model:
-        raise ConfigError("model", "is required: a preset or installed model (models/<name>), a hub id "
-                                   "(org/name), or a checkpoint of one of your runs as run:<id>/step-<n>")
-    try:
-        resolve_model(model, user)
-    except ConfigError as exc:  # the same refusal as the run form's, under this form's field name
-        raise ConfigError("model", exc.message) from None
-    check_hub_model(model, "model")
+    model = check_model_field(model, user)
     adapter = adapter.strip() if isinstance(adapter, str) else ""
     if adapter:
         if checkpoint_reference(adapter) is None:
@@ -122,7 +110,7 @@ def request_probe(problem_set: ProblemSet, user, model: str, adapter: str | None
                                 "wait until it has finished")
         probe = Probe.objects.create(problem_set=locked, requested_by=user, model=model, adapter=adapter,
                                      samples=samples, config=config, total=locked.problem_count)
-        probe.task_id = task_id(probe.pk)
+        probe.task_id = PROBE_JOB.task_id(probe.pk)
         probe.save(update_fields=["task_id"])
         transaction.on_commit(lambda: publish_probe(probe.pk))
     notify_probe(probe)
@@ -130,22 +118,14 @@ def request_probe(problem_set: ProblemSet, user, model: str, adapter: str | None
     return probe
 
 
-def task_id(probe_id: int) -> str:
-    return f"probe-{probe_id}"
-
-
-def _pending_probes() -> Iterable[Pending]:
-    for pk in Probe.objects.filter(status=Probe.Status.PENDING).values_list("pk", flat=True):
-        yield Pending(pk, task_id(pk), (pk,))
-
-
-PROBE_JOB = DurableJob("problems.probe", pending=_pending_probes, what="the probe again for probes")
+PROBE_JOB = RowJob("problems.probe", rows=lambda: Probe.objects.filter(status=Probe.Status.PENDING), prefix="probe",
+                   what="the probe again for probes")
 """A probe pending; a second copy of its task finds the probe running (or finished) and leaves it."""
 
 
 def publish_probe(probe_id: int) -> bool:
     """Publish ``problems.probe``; False (logged) when the broker is down: the sweep publishes it again."""
-    return PROBE_JOB.publish(probe_id, task_id=task_id(probe_id))
+    return PROBE_JOB.publish_row(probe_id)
 
 
 # ---- the job ----------------------------------------------------------------------------------------
@@ -172,38 +152,16 @@ def run_probe(probe_id: int) -> Probe | None:
     probe = Probe.objects.filter(pk=probe_id).first()
     if probe is None:
         return None
-    if probe.status == Probe.Status.RUNNING and not probe.worker_is_alive():
-        stop_orphan(probe)
-    if not probe.claim(host=socket.gethostname(), pid=os.getpid()):
-        return probe
-    notify_probe(probe)
-    try:
-        return _supervise(probe)
-    except SystemExit:  # the worker is being stopped: the redelivered task runs the probe again
-        probe.release()
-        raise
-    except Exception as exc:  # the worker lives on; the page says what went wrong
-        log.exception("probe %s failed", probe.pk)
-        return _finish(probe, error=f"{type(exc).__name__}: {exc}")
-
-
-def stop_orphan(probe: Probe) -> None:
-    """Kill the child a dead worker left behind (on this host), if that pid is still the probe's child."""
-    if probe.worker_host == socket.gethostname() and probe.is_trainer():
-        trainer_process.signal_group(probe.trainer_pid, signal.SIGKILL)
+    return supervision.run_job(probe, _supervise, notify=notify_probe, fail=lambda p, error: _finish(p, error=error),
+                               log=log)
 
 
 def fail_lost_probe(probe: Probe) -> bool:
     """Fail running ``probe`` whose worker died (killed, host lost) -> whether this call failed it. Without
     this a lost probe stays `running`, and its set refuses every new probe. Its child, if it outlived
     the worker, is stopped."""
-    with transaction.atomic():
-        locked = Probe.objects.select_for_update().filter(pk=probe.pk).first()
-        if locked is None or locked.status != Probe.Status.RUNNING or locked.worker_is_alive():
-            return False
-        stop_orphan(locked)
-        locked.finish(Probe.Status.FAILED, f"the worker running this probe ({locked.worker_label}) died before it "
-                                           "finished; estimate again")
+    if not probe.fail_lost("estimate again"):
+        return False
     probe.refresh_from_db()
     notify_probe(probe)
     log.warning("probe %s of problem set %s lost its worker (%s)", probe.pk, probe.problem_set_id, probe.worker_label)
@@ -229,10 +187,6 @@ def _supervise(probe: Probe) -> Probe | None:
     config["model"]["name_or_path"], config["problems"] = resolved.name_or_path, str(directory / "problems.jsonl")
     save_config(config_from_dict(config), directory / "probe.yaml")
     out = directory / "probe.jsonl"
-    with open(directory / "stdout.log", "wb") as stdout, open(directory / "stderr.log", "wb") as stderr:
-        proc = trainer_process.spawn(command, cwd=directory, stdout=stdout, stderr=stderr)
-    probe.record_trainer(proc.pid)
-    follower = trainer_process.EventFollower(out)
     gone = False
 
     def on_lines(lines) -> None:
@@ -246,20 +200,13 @@ def _supervise(probe: Probe) -> Probe | None:
         gone = probe.beat() is None  # its set was deleted: stop, leave nothing
         return KILL_GRACE_S if gone else None
 
-    try:
-        rc = trainer_process.follow_child(proc, follower, on_lines=on_lines, check=check, poll_s=POLL_S,
-                                          check_s=CHECK_S)
-    finally:
-        follower.close()
-        if proc.poll() is None:
-            trainer_process.stop(proc, KILL_GRACE_S)
+    rc = supervision.run_child(probe, command, directory=directory, out=out, on_lines=on_lines, check=check,
+                               poll_s=POLL_S, check_s=CHECK_S, grace_s=KILL_GRACE_S)
     if gone:
         shutil.rmtree(directory, ignore_errors=True)
         return None
     if rc != 0:
-        tail = trainer_process.stderr_tail(directory / "stderr.log")
-        how = trainer_process.exit_text(rc)
-        return _finish(probe, error=f"the probe exited ({how})" + (f":\n{tail}" if tail else ""))
+        return _finish(probe, error=supervision.exit_error("the probe", rc, directory))
     try:
         report = read_probe(out)
     except ProbeFileError as exc:

@@ -9,7 +9,7 @@ from django.template.defaultfilters import filesizeformat, pluralize
 from django.utils import timezone
 
 from webapp.core import queueing
-from webapp.core.models import LockedRow, OwnedQuerySet, TrainerJob, TransitionError
+from webapp.core.models import LockedRow, OwnedQuerySet, RestartableJob, TransitionError
 
 __all__ = ["Problem", "ProblemSet", "ProblemValidation", "Probe", "TransitionError"]
 
@@ -414,9 +414,9 @@ class ProblemValidation(models.Model):
         return self.reference_passed and self.empty_failed
 
 
-class Probe(TrainerJob):
+class Probe(RestartableJob):
     """A difficulty probe of a problem set: `python -m training probe` on the `gpu` queue, a trainer job
-    (webapp.core.models.TrainerJob) whose task is `webapp.probes.services.run_probe`.
+    (webapp.core.models.RestartableJob) whose task is `webapp.probes.services.run_probe`.
 
     The user's names are kept as given (`model`, `adapter`: a preset/installed model, a hub id or
     `run:<id>/step-<n>`); the server paths they resolve to never leave the worker. Its output file
@@ -429,7 +429,6 @@ class Probe(TrainerJob):
         DONE = "done"
         FAILED = "failed"
 
-    WAITING = ("pending",)
     SUPERVISED = ("running",)
     FINISHED = ("done", "failed")
 
@@ -458,10 +457,6 @@ class Probe(TrainerJob):
         return f"probe {self.pk} of set {self.problem_set_id} ({self.status})"
 
     @property
-    def in_progress(self) -> bool:
-        return self.status in (self.Status.PENDING, self.Status.RUNNING)
-
-    @property
     def directory(self) -> Path:
         """The probe's own files: its problems, config, output and logs."""
         return self.problem_set.data_dir / "probes" / str(self.pk)
@@ -473,23 +468,6 @@ class Probe(TrainerJob):
     @property
     def trainer_marker(self) -> str:
         return str(self.directory / "probe.yaml")
-
-    def claimable_by(self, host: str, pid: int) -> bool:
-        """Pending; or running in a task that died (the redelivered task runs it again) or in this one."""
-        if self.status != self.Status.RUNNING:
-            return super().claimable_by(host, pid)
-        return (self.worker_host, self.worker_pid) == (host, pid) or not self.worker_is_alive()
-
-    def on_claim(self) -> None:
-        self.started, self.done = timezone.now(), 0
-
-    def release(self) -> None:
-        """running -> pending: the worker is being stopped; the redelivered task runs the probe again."""
-        Probe.objects.filter(pk=self.pk, status=self.Status.RUNNING).update(status=self.Status.PENDING)
-
-    def record_progress(self, done: int) -> None:
-        Probe.objects.filter(pk=self.pk).update(done=done)
-        self.done = done
 
     @property
     def progress_text(self) -> str:

@@ -21,7 +21,7 @@ from django.db import transaction
 
 from webapp import env
 from webapp.core.groups import user_group
-from webapp.core.jobs import DurableJob, Pending
+from webapp.core.jobs import DurableJob, Pending, RowJob
 from webapp.core.jsonsafe import db_safe
 from webapp.core.text import name_problem
 from . import curation
@@ -279,22 +279,15 @@ def start_import(owner, name: str, filename: str, uploaded_file, format: str, *,
     return ps
 
 
-def import_task_id(problem_set_id: int) -> str:
-    return f"import-{problem_set_id}"
-
-
-def _pending_imports() -> Iterable[Pending]:
-    for pk in ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING).values_list("pk", flat=True):
-        yield Pending(pk, import_task_id(pk), (pk,))
-
-
-IMPORT_JOB = DurableJob("problems.import_upload", pending=_pending_imports, what="the import again for problem sets")
+IMPORT_JOB = RowJob("problems.import_upload", prefix="import", what="the import again for problem sets",
+                    rows=lambda: ProblemSet.objects.filter(import_status=ProblemSet.Import.IMPORTING))
 """A set `importing`; a second copy of its task finds the import done and stops."""
+import_task_id = IMPORT_JOB.task_id
 
 
 def publish_import(problem_set_id: int) -> bool:
     """Publish `problems.import_upload`; False (logged) when the broker is down: the sweep publishes it again."""
-    return IMPORT_JOB.publish(problem_set_id, task_id=import_task_id(problem_set_id))
+    return IMPORT_JOB.publish_row(problem_set_id)
 
 
 def import_problem_set(problem_set_id: int) -> ProblemSet | None:

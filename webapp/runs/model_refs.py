@@ -66,6 +66,22 @@ def resolve_model(name: str, user) -> ResolvedModel:
     raise refusal()
 
 
+def check_model_field(model, user) -> str:
+    """``model`` as ``user`` named it in a probe's or an evaluation's ``model`` field, stripped; ConfigError
+    naming ``model`` when it is missing, one the run form would refuse, or a hub id this server cannot
+    load now."""
+    model = model.strip() if isinstance(model, str) else ""
+    if not model:
+        raise ConfigError("model", "is required: a preset or installed model (models/<name>), a hub id "
+                                   "(org/name), or a checkpoint of one of your runs as run:<id>/step-<n>")
+    try:
+        resolve_model(model, user)
+    except ConfigError as exc:  # the run form's refusal, under this field's name
+        raise ConfigError("model", exc.message) from None
+    check_hub_model(model, "model")
+    return model
+
+
 def check_hub_model(name: str, field: str = FIELD) -> None:
     """At launch: a hub id must be in this machine's hub cache, or the hub must be reachable.
 

@@ -12,7 +12,7 @@ from training.difficulty import ProblemDifficulty, summarize
 from webapp.probes import services as probes
 from webapp.problems.models import Probe, ProblemSet
 
-from tests.factories import finished_run, install_model_stub, jsonl
+from tests.factories import finished_run, jsonl
 from tests.webapp.conftest import wait_for
 
 from tests.webapp.problems.conftest import ECHO, GOOD, upload_file
@@ -21,16 +21,6 @@ MUL = {**GOOD, "id": "mul", "prompt": "def mul(a, b):\n", "entry_point": "mul", 
        "reference_solution": "def mul(a, b):\n    return a * b\n"}
 NEG = {**GOOD, "id": "neg", "prompt": "def neg(a):\n", "entry_point": "neg", "tests": ["assert neg(2) == -2"],
        "reference_solution": "def neg(a):\n    return -a\n"}
-
-
-@pytest.fixture
-def stub_dirs(settings, tmp_path):
-    """Models, runs and the sets' data dirs under tmp; models/tiny a stub nothing loads."""
-    settings.MODELS_DIR = tmp_path / "models"
-    settings.RUNS_DIR = tmp_path / "runs"
-    settings.PROBLEM_SETS_DIR = tmp_path / "problem-sets"
-    install_model_stub(settings.MODELS_DIR / "tiny")
-    return tmp_path
 
 
 def post_probe(client, ps, **body):

@@ -11,20 +11,11 @@ from webapp.probes import services as probes
 from webapp.problems.models import Probe
 from webapp.runs.models import Run
 
-from tests.factories import install_model_stub, make_run, make_user
+from tests.factories import make_run, make_user
 
 from tests.webapp.problems.conftest import ECHO, GOOD
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def stub_dirs(settings, tmp_path):
-    settings.MODELS_DIR = tmp_path / "models"
-    settings.RUNS_DIR = tmp_path / "runs"
-    settings.PROBLEM_SETS_DIR = tmp_path / "problem-sets"
-    install_model_stub(settings.MODELS_DIR / "tiny")
-    return tmp_path
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("stub_dirs")]
 
 
 @pytest.fixture(autouse=True)

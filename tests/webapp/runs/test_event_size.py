@@ -13,7 +13,7 @@ from webapp.runs.services import ingest_event
 
 from tests.factories import eval_event, problem_event, step_event
 
-from .conftest import connect, receive_all, setup_run
+from .conftest import connect, migrated_back_to, receive_all, setup_run
 
 BIG = "x" * 200_000  # a candidate's captured stdout, as a chatty program prints it
 
@@ -238,23 +238,14 @@ async def test_live_events_past_the_held_bound_are_read_from_the_log_not_lost(pa
 @pytest.mark.django_db(transaction=True)
 def test_the_rename_to_solve_rate_keeps_every_stored_problem_row():
     from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
 
     from webapp.runs.models import ProblemStat
 
-    before = [("runs", "0009_candidate_turns")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    apps = executor.loader.project_state(before).apps
-    try:
+    with migrated_back_to("runs", "0009_candidate_turns") as apps:
         Run = apps.get_model("runs", "Run")
         owner = apps.get_model(*get_user_model()._meta.label.split(".")).objects.create(username="old")
         old = Run.objects.create(owner_id=owner.pk, name="stored before", config={})
         apps.get_model("runs", "ProblemStat").objects.create(run_id=old.pk, problem_id="a", pass_rate=0.75,
                                                               pass_rate_turn1=0.25, history=[[1, 0.75]])
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
     row = ProblemStat.objects.get(run_id=old.pk)
     assert (row.solve_rate, row.solve_rate_turn1, row.history) == (0.75, 0.25, [[1, 0.75]])

@@ -201,15 +201,18 @@ def test_the_new_run_form_refuses_odd_model_names_on_the_field(client_alice, pro
     assert not Run.objects.exists()
 
 
-@pytest.mark.django_db
-def test_every_float_field_of_the_form_refuses_a_huge_integer(problem_set):
+def post_each_float_field(problem_set, value: str):
+    """``(field, response)`` of the new-run form posted by the set's owner with ``value`` in each float field."""
     client = Client(raise_request_exception=False)
     client.force_login(problem_set.owner)
-    failures = []
     for field in FLOAT_FIELDS:
-        r = client.post("/runs/new", form_data(problem_set, **{field: "9" * 401}))
-        if r.status_code != 200:
-            failures.append((field, r.status_code))
+        yield field, client.post("/runs/new", form_data(problem_set, **{field: value}))
+
+
+@pytest.mark.django_db
+def test_every_float_field_of_the_form_refuses_a_huge_integer(problem_set):
+    failures = [(field, r.status_code) for field, r in post_each_float_field(problem_set, "9" * 401)
+                if r.status_code != 200]
     assert not failures, failures
     assert not Run.objects.exists()
 
@@ -243,13 +246,8 @@ def test_zero_written_as_zero_is_still_a_valid_kl_coef_and_temperature(api, prob
 
 @pytest.mark.django_db
 def test_every_float_field_of_the_form_refuses_a_number_no_float_holds(problem_set):
-    client = Client(raise_request_exception=False)
-    client.force_login(problem_set.owner)
-    failures = []
-    for field in FLOAT_FIELDS:
-        r = client.post("/runs/new", form_data(problem_set, **{field: "1e-400"}))
-        if r.status_code != 200 or b"too small for a float" not in r.content:
-            failures.append((field, r.status_code))
+    failures = [(field, r.status_code) for field, r in post_each_float_field(problem_set, "1e-400")
+                if r.status_code != 200 or b"too small for a float" not in r.content]
     assert not failures, failures
     assert not Run.objects.exists()
 

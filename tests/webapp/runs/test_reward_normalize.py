@@ -1,29 +1,22 @@
 """reward.normalize (sum | per_component) in the web app: stored configs from when it was a boolean."""
 import pytest
 
+from .conftest import migrated_back_to
+
 
 @pytest.mark.django_db(transaction=True)
 def test_stored_configs_with_the_old_boolean_are_upgraded_to_the_mode_and_weighted_mean():
     from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
 
     from training.config import config_from_dict
     from webapp.runs.models import Run
 
-    before = [("runs", "0011_problem_events_solve_rate")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    apps = executor.loader.project_state(before).apps
-    try:
+    with migrated_back_to("runs", "0011_problem_events_solve_rate") as apps:
         OldRun = apps.get_model("runs", "Run")
         owner = apps.get_model(*get_user_model()._meta.label.split(".")).objects.create(username="old")
         plain = OldRun.objects.create(owner_id=owner.pk, name="plain sum", config={"reward": {"normalize": False}})
         mean = OldRun.objects.create(owner_id=owner.pk, name="mean", config={"reward": {"normalize": True}})
         other = OldRun.objects.create(owner_id=owner.pk, name="no reward section", config={})
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
     assert Run.objects.get(pk=plain.pk).config["reward"] == {"normalize": "sum", "weighted_mean": False}
     assert Run.objects.get(pk=mean.pk).config["reward"] == {"normalize": "sum", "weighted_mean": True}
     assert Run.objects.get(pk=other.pk).config == {}
