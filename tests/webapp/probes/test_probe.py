@@ -131,22 +131,9 @@ def test_the_set_reports_a_finished_probes_pass_rates(client_alice, make_set, us
 
 
 @pytest.mark.django_db
-def test_a_probe_stored_before_the_rename_is_upgraded_once_and_shows_its_solve_rates(client_alice, make_set, user,
-                                                                                     stub_dirs):
-    from django.apps import apps
-    from importlib import import_module
-
+def test_the_sets_page_shows_a_finished_probes_mean_solve_rate(client_alice, make_set, user, stub_dirs):
     ps = make_set(GOOD, ECHO)
-    probe = finished_probe(ps, user, {"add": 1, "echo-sum": 3})
-    Probe.objects.filter(pk=probe.pk).update(  # as stored then: pass_rate and mean_pass_rate only
-        results=[{k: v for k, v in r.items() if k != "solve_rate"} for r in probe.results],
-        summary={k: v for k, v in probe.summary.items() if k != "mean_solve_rate"})
-    import_module("webapp.problems.migrations.0006_probe_solve_rate").upgrade(apps, None)
-    probe.refresh_from_db()
-    assert probe.summary["mean_solve_rate"] == probe.summary["mean_pass_rate"] == 0.5
-    got = client_alice.get(f"/api/problem-sets/{ps.pk}").json()["probe"]
-    assert [(r["problem_id"], r["solve_rate"]) for r in got["results"]] == [("add", 0.25), ("echo-sum", 0.75)]
-    assert got["summary"]["mean_solve_rate"] == 0.5
+    finished_probe(ps, user, {"add": 1, "echo-sum": 3})
     page = client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
     assert '<strong id="probe-mean">0.500</strong>' in page
 

@@ -1,8 +1,6 @@
 """Fixtures for runs: a real problem set (W1's importer), run dirs under tmp, a run, tiny models (the
-factories they use are tests/factories.py); ``migrated_back_to`` for the data migrations' tests."""
+factories they use are tests/factories.py)."""
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 import pytest
 
@@ -96,23 +94,3 @@ async def receive_all(communicator, timeout=1.0):
     while not await communicator.receive_nothing(timeout=timeout):
         out.append(await communicator.receive_json_from(timeout=5))
     return out
-
-
-
-@contextmanager
-def migrated_back_to(app: str, migration: str):
-    """The database migrated back to ``app``'s ``migration``: yields that state's app registry, whose models
-    write rows as they were stored then; on exit the database is migrated forward to the latest again (what
-    the test checks then is what the later migrations made of those rows). Needs
-    ``django_db(transaction=True)``."""
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    before = [(app, migration)]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    try:
-        yield executor.loader.project_state(before).apps
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())

@@ -13,7 +13,7 @@ from webapp.runs.services import ingest_event
 
 from tests.factories import eval_event, problem_event, step_event
 
-from .conftest import connect, migrated_back_to, receive_all, setup_run
+from .conftest import connect, receive_all, setup_run
 
 BIG = "x" * 200_000  # a candidate's captured stdout, as a chatty program prints it
 
@@ -84,40 +84,6 @@ def test_a_stored_eval_event_leaves_its_samples_to_the_candidate_rows(run):
     assert "candidates" not in stored["per_problem"]["add-3"] and BIG not in json.dumps(stored)
     rows = Candidate.objects.filter(run=run, phase="eval", step=0, problem_id="add-3")
     assert rows.count() == 2 and rows.first().result["stdout"] == BIG
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_migration_summarizes_stored_events_and_keeps_their_candidates():
-    from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connection)
-    executor.migrate([("runs", "0007_set_aside")])
-    apps = executor.loader.project_state([("runs", "0007_set_aside")]).apps
-    try:
-        Run, Event = apps.get_model("runs", "Run"), apps.get_model("runs", "RunEvent")
-        owner = apps.get_model(*get_user_model()._meta.label.split(".")).objects.create(username="old")
-        old = Run.objects.create(owner_id=owner.pk, name="stored before", config={})
-        old_eval = eval_event(0, 0.5, {"add-3": 0.5})  # from before 0006: its samples had no rows
-        old_eval["per_problem"]["add-3"]["candidates"] = chatty_problem_event(0)["candidates"]
-        Event.objects.create(run_id=old.pk, seq=0, kind="eval", step=0, payload=old_eval)
-        Event.objects.create(run_id=old.pk, seq=1, kind="step", step=1, payload=step_event(1))
-        Event.objects.create(run_id=old.pk, seq=2, kind="problem", step=1, payload=chatty_problem_event(1))
-        Candidate0007 = apps.get_model("runs", "Candidate")  # the problem event's rows, as ingest made them
-        for i in range(2):
-            Candidate0007.objects.create(run_id=old.pk, step=1, problem_id="HumanEval/0", index=i, code="kept")
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
-    payloads = {e.seq: e.payload for e in RunEvent.objects.filter(run_id=old.pk)}
-    assert payloads[0]["per_problem"]["add-3"] == {"n": 4, "c": 2, "pass@1": 0.5}
-    assert payloads[1]["metrics"] == step_event(1)["metrics"]
-    assert payloads[2]["summarized"] is True and BIG not in json.dumps(payloads[2])
-    evals = Candidate.objects.filter(run_id=old.pk, phase="eval", problem_id="add-3")
-    assert evals.count() == 2 and evals.get(index=0).result["stdout"] == BIG and evals.get(index=0).passed
-    # Rows that existed are kept as they were, not doubled.
-    assert list(Candidate.objects.filter(run_id=old.pk, phase="train").values_list("code", flat=True)) == ["kept"] * 2
 
 
 def store_log(run, steps):
@@ -233,19 +199,3 @@ async def test_live_events_past_the_held_bound_are_read_from_the_log_not_lost(pa
     assert [m["event"] for m in received if "seq" not in m] == ["status"]
     assert len(pages) > burst[0]  # the dropped ones came from another read of the log
     await communicator.disconnect()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_rename_to_solve_rate_keeps_every_stored_problem_row():
-    from django.contrib.auth import get_user_model
-
-    from webapp.runs.models import ProblemStat
-
-    with migrated_back_to("runs", "0009_candidate_turns") as apps:
-        Run = apps.get_model("runs", "Run")
-        owner = apps.get_model(*get_user_model()._meta.label.split(".")).objects.create(username="old")
-        old = Run.objects.create(owner_id=owner.pk, name="stored before", config={})
-        apps.get_model("runs", "ProblemStat").objects.create(run_id=old.pk, problem_id="a", pass_rate=0.75,
-                                                              pass_rate_turn1=0.25, history=[[1, 0.75]])
-    row = ProblemStat.objects.get(run_id=old.pk)
-    assert (row.solve_rate, row.solve_rate_turn1, row.history) == (0.75, 0.25, [[1, 0.75]])

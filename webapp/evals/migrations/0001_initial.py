@@ -10,8 +10,8 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('problems', '0008_heldout_share_and_exclusion'),
-        ('runs', '0012_reward_normalize_mode'),
+        ('problems', '0001_squashed_0008_heldout_share_and_exclusion'),
+        ('runs', '0001_squashed_0012_reward_normalize_mode'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
