@@ -1,15 +1,10 @@
-"""The problems app's tables as migrations 0001-0008 left them, squashed into one initial migration (issue 32):
-ProblemSet, Problem (with its per-set unique id), Probe (the model lives in webapp.problems.models; the
-probes app has no tables of its own) and ProblemValidation.
+"""problems 0001-0008 squashed into one initial migration (issue 32): ProblemSet, Problem, Probe (its model is in
+webapp/problems/models.py; the probes app has no tables) and ProblemValidation as 0008 left them.
 
-``replaces`` names every old migration: a database that applied all of them has this one recorded as applied
-and is not touched; a fresh database gets the tables here. 0006 was a data migration (probes stored before
-the rename to ``solve_rate`` got the new names, ``training.difficulty.with_new_names``); it is left out: a
-fresh database has no rows to rewrite, and a database that ran it keeps what it wrote.
-
-A database that applied only some of 0001-0008 cannot be finished from here (the old files are gone):
-migrate it first with the code before the squash (docs/design.md, "Migrations"); ``manage.py migrate``
-refuses it with those commands (``webapp.core.checks``).
+Left out: 0006, a data migration that gave the probes stored before the rename their ``solve_rate`` names
+(``training.difficulty.with_new_names``). A fresh database has no probes to rewrite; one that ran it keeps them.
+How ``replaces`` treats a database migrated before, and what a partly migrated one must do: docs/design.md,
+"Migrations" (``webapp/core/checks.py`` refuses it in ``migrate``).
 """
 import django.db.models.deletion
 from django.conf import settings

@@ -1,16 +1,11 @@
-"""The runs app's tables as migrations 0001-0012 left them, squashed into one initial migration (issue 32):
-Run, its ProblemStat, Eval, Checkpoint, Candidate, RunEvent and StepMetric rows.
+"""runs 0001-0012 squashed into one initial migration (issue 32): a Run and its ProblemStat, Eval, Checkpoint,
+Candidate, RunEvent and StepMetric rows as 0012 left them (0010's rename: ``pass_rate`` is ``solve_rate`` here).
 
-``replaces`` names every old migration: a database that applied all of them has this one recorded as applied
-and is not touched; a fresh database gets the tables here. The old data migrations are left out, as a
-fresh database has no rows for them to rewrite and a database that ran them keeps what they wrote: 0008
-(stored ``problem``/``eval`` events became their summaries, candidates without rows got them), 0011
-(stored ``problem`` events got ``solve_rate``) and 0012 (stored run configs' boolean ``reward.normalize``
-became ``reward.weighted_mean``). 0010's rename of ``pass_rate`` is here as the final name, ``solve_rate``.
-
-A database that applied only some of 0001-0012 cannot be finished from here (the old files are gone):
-migrate it first with the code before the squash (docs/design.md, "Migrations"); ``manage.py migrate``
-refuses it with those commands (``webapp.core.checks``).
+Left out: the data migrations, which rewrote stored rows that a fresh database does not have, while one
+that ran them keeps what they wrote: 0008 (stored ``problem``/``eval`` events became their summaries, with
+candidate rows where none were), 0011 (stored ``problem`` events got ``solve_rate``), 0012 (stored configs'
+boolean ``reward.normalize`` became ``reward.weighted_mean``). Databases migrated before the squash, and
+partly migrated ones: docs/design.md, "Migrations".
 """
 import django.db.models.deletion
 from django.conf import settings
