@@ -31,6 +31,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 VIEWPORT = {"width": 1280, "height": 800}
 DEMO_SET = "Demo problems"  # what `make run` loads (manage.py load_demo)
+PRESET_STEPS = 200  # the cpu-demo preset's train.steps (webapp/runs/presets.py)
 sys.path.insert(0, str(ROOT))
 from training.events import DONE_STATUSES as FINISHED  # noqa: E402 (the trainer owns the final statuses)
 
@@ -157,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="default: CRUCIBLE_PASSWORD, else the admin's password that make run saved in "
                          "$CRUCIBLE_DATA_DIR/admin-password.txt")
     ap.add_argument("--problem-set", default=DEMO_SET, help="the set to train on (default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=200,
-                    help="steps of each demo run (default: %(default)s, the preset's own)")
+    ap.add_argument("--steps", type=int, default=PRESET_STEPS,
+                    help="steps of each demo run (default: %(default)s, the preset as it ships, cadence included)")
     ap.add_argument("--runs", help="two or more run ids (comma-separated) to photograph instead of launching "
                                    "new ones")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the runs (default: %(default)s)")
@@ -184,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                 run_ids = [int(x) for x in args.runs.split(",")]
             else:
                 set_id = problem_set_id(page, url, args.problem_set)
-                # Evaluations and checkpoints at a quarter, half, three quarters and the end of the run.
-                cadence = {"train.steps": str(args.steps), "train.eval_every": str(max(1, args.steps // 4)),
-                           "train.checkpoint_every": str(max(1, args.steps // 2))}
+                # The preset as it ships; a shorter --steps gets evaluations at a quarter, half, three quarters
+                # and the end, and a checkpoint halfway.
+                cadence = {} if args.steps == PRESET_STEPS else {
+                    "train.steps": str(args.steps), "train.eval_every": str(max(1, args.steps // 4)),
+                    "train.checkpoint_every": str(max(1, args.steps // 2))}
                 run_ids = [launch(page, url, set_id, "demo", cadence),
                            launch(page, url, set_id, "demo, lr / 4", cadence | {"ppo.learning_rate": "0.0005"})]
                 wait_for_runs(page, url, run_ids, args.timeout)

@@ -32,3 +32,16 @@ def test_the_script_photographs_the_run_page_the_candidate_inspector_and_compare
     shots = sorted(out.iterdir())
     assert [p.name for p in shots] == ["candidate-inspector.png", "compare.png", "run-page.png"]
     assert all(png_size(p) == (1280, 800) for p in shots)
+
+
+def test_the_script_runs_the_cpu_demo_preset_as_it_ships_by_default():
+    """README's run times are measured by the script's runs: its default must be the preset's own length."""
+    import importlib.util
+
+    from webapp.runs.presets import presets
+
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "scripts" / "screenshots.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    demo = next(p for p in presets() if p["name"] == "cpu-demo")
+    assert script.PRESET_STEPS == demo["config"]["train"]["steps"]
