@@ -1,8 +1,8 @@
 """`python -m sandbox run | run-batch | check | serve | bench` (contract: docs/design.md "Execution result
 (sandbox/)", CLI, and "Sandbox service (sandbox/)").
 
-Exit status: 0 whatever the verdicts (`check`: 1 when a problem fails its check); 2 for usage errors
-and bad input files; 3 when the sandbox itself is broken.
+Exit status: 0 whatever the verdicts (`check`: 1 when a problem not marked excluded fails its check); 2 for
+usage errors and bad input files; 3 when the sandbox itself is broken.
 """
 
 from __future__ import annotations
@@ -211,16 +211,27 @@ def cmd_check(a) -> int:
         if isinstance(e, RemoteUnavailable):
             raise SandboxUnavailable(str(e)) from None
         raise
-    passed = 0
-    for row in rows:
+    # An excluded problem (`"excluded": true`, as an export of a set with excluded problems writes it) is
+    # checked and its row says so, but it counts neither way: runs skip it, as the web app's warnings do.
+    passed = excluded = excluded_failing = 0
+    for problem, row in zip(res.problems, rows):
+        ok = row["reference_passed"] and row["empty_failed"]
+        if problem.excluded:
+            row = {**row, "excluded": True}
+            excluded += 1
+            excluded_failing += not ok
+        else:
+            passed += ok
         _print(row)
-        passed += row["reference_passed"] and row["empty_failed"]
     # A line that could not be imported is a problem that failed its check; the last stdout line
     # stays exactly `N passed, M failed` (scripts parse it), the explanation goes to stderr.
-    failed = len(rows) - passed + len(res.errors)
+    failed = len(rows) - excluded - passed + len(res.errors)
     if res.errors:
         print(f"note: {len(res.errors)} of the failed are line(s) that could not be imported "
               f"(see the warnings above)", file=sys.stderr)
+    if excluded:
+        print(f"note: {excluded} excluded problem(s) checked but not counted ({excluded_failing} of them "
+              f"failing; their rows say \"excluded\": true)", file=sys.stderr)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -224,7 +224,8 @@ class Environment:
 
 
 _FIELDS = ("id", "kind", "prompt", "entry_point", "tests", "test_cases", "setup",
-           "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags", "environment")
+           "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags", "environment",
+           "excluded")
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,9 @@ class Problem:
     """Free-form labels (difficulty, source, topic)."""
     environment: Environment | None = None
     """Python packages the candidates need (null: the standard library only)."""
+    excluded: bool = False
+    """Kept in the set but left out of runs and probes (the web app's **Exclude**, carried through its export
+    so a re-upload keeps it out); `python -m sandbox check` checks it without counting it."""
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience and frozen into tuples so problems stay hashable.
@@ -333,6 +337,9 @@ class Problem:
                                               f"got {type_name(self.environment)}")
         if self.split not in SPLITS:
             raise ProblemError("split", f"{short(self.split)} is not one of train, heldout")
+        if not isinstance(self.excluded, bool):
+            raise ProblemError("excluded", f"{short(self.excluded)} must be true or false, got "
+                                           f"{type_name(self.excluded)}")
 
     def to_dict(self) -> dict:
         """The native JSON form (field names of docs/design.md "Problems (sandbox/)"); fields of the other
@@ -342,6 +349,8 @@ class Problem:
             del d["environment"]  # the native form of a problem without one is unchanged
         else:
             d["environment"] = self.environment.to_dict()
+        if not self.excluded:
+            del d["excluded"]  # likewise: only an excluded problem says so
         d["tests"] = list(self.tests)
         d["tags"] = list(self.tags)
         d["test_cases"] = [case.to_dict() for case in self.test_cases]

@@ -199,6 +199,13 @@ class _Batch:
             self.cv.notify_all()
 
 
+def _wire(problem) -> dict:
+    """A problem's native form as a batch sends it: without `excluded`."""
+    d = problem.to_dict()
+    d.pop("excluded", None)
+    return d
+
+
 def _none_left(endpoints: list[Endpoint], left: int, total: int) -> str:
     what = "; ".join(f"{e.label} ({e.error or 'gone'})" for e in endpoints)
     return (f"no sandbox endpoint is left: {what}; {left} of {total} candidates have no result. "
@@ -359,8 +366,9 @@ class RemoteRunner:
     def _run_chunk(self, batch: _Batch, e: Endpoint, chunk: list[int]) -> None:
         cands = [batch.candidates[i] for i in chunk]
         needed = {c.problem_id for c in cands}
-        # Under the batch's own keys, which callers may choose apart from the problems' ids.
-        body = json.dumps({"problems": [{**batch.problems[pid].to_dict(), "id": pid} for pid in needed],
+        # Under the batch's own keys, which callers may choose apart from the problems' ids. `excluded` (what runs
+        # skip) changes no execution and stays off the wire, so a replica from before the field takes the batch.
+        body = json.dumps({"problems": [{**_wire(batch.problems[pid]), "id": pid} for pid in needed],
                            "candidates": [c.to_dict() for c in cands],
                            "timeout_s": self.timeout_s, "memory_mb": self.memory_mb}).encode()
         conn = _Connection(e.url, self.idle_timeout_s)

@@ -179,8 +179,9 @@ def _config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _problems_of_split(args: argparse.Namespace) -> list[Any]:
-    """The problems of ``--problems`` in ``--split`` (train | heldout | all); none is a usage error."""
-    problems = load_problems_or_fail(args.problems)
+    """The problems of ``--problems`` in ``--split`` (train | heldout | all), less those marked ``excluded`` (a
+    web app export's: runs and probes skip them); none is a usage error."""
+    problems = [p for p in load_problems_or_fail(args.problems) if not p.excluded]
     if args.split != "all":
         problems = [p for p in problems if p.split == args.split]
     if not problems:
@@ -221,9 +222,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_model_path(cfg.model.name_or_path)
     check_adapter_paths(cfg.model.adapters)
     check_sandbox_backend(cfg.sandbox.backend)
-    train_problems = [p for p in load_problems_or_fail(cfg.problems) if p.split == "train"]
+    train_problems = [p for p in load_problems_or_fail(cfg.problems) if p.split == "train" and not p.excluded]
     if not train_problems:
-        raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on")
+        raise UsageError(f"problems: {cfg.problems} has no problem with split 'train' to train on (problems "
+                         "marked excluded are skipped)")
     from training.difficulty import DifficultyError, filter_train_problems
 
     try:  # fail before the model loads: a bad probe file, or rules that leave nothing to train on

@@ -170,10 +170,12 @@ class Trainer:
         if config.sampling.dynamic and accelerator.num_processes > 1:
             raise ValueError(f"sampling.dynamic: true runs on one process, this launch has "
                              f"{accelerator.num_processes}; launch one process or set sampling.dynamic: false")
-        self.train_problems = [p for p in loaded.problems if p.split == "train"]
-        self.heldout_problems = [p for p in loaded.problems if p.split == "heldout"]
+        in_use = [p for p in loaded.problems if not p.excluded]  # `excluded` (a web app export's): runs skip it
+        self.train_problems = [p for p in in_use if p.split == "train"]
+        self.heldout_problems = [p for p in in_use if p.split == "heldout"]
         if not self.train_problems:
-            raise ValueError(f"problems: {config.problems} has no problem with split 'train' to train on")
+            raise ValueError(f"problems: {config.problems} has no problem with split 'train' to train on "
+                             "(problems marked excluded are skipped)")
         from training.difficulty import filter_train_problems
 
         # The difficulty filter: the same drop on every start (a resumed run picks from the same list).

@@ -119,7 +119,7 @@ _MARKERS = (("kind", "native"), ("test_cases", "native"), ("canonical_solution",
 _SIGNATURES = {
     "native": {"id", "kind", "prompt", "entry_point", "tests", "test_cases", "setup",
                "reference_solution", "time_limit_s", "memory_limit_mb", "checker", "split", "tags",
-               "environment"},
+               "environment", "excluded"},
     "humaneval": {"task_id", "prompt", "canonical_solution", "test", "entry_point"},
     "mbpp": {"task_id", "text", "code", "test_list", "test_setup_code", "challenge_test_list",
              "test_imports"},

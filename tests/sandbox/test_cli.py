@@ -157,3 +157,18 @@ def test_check_last_line_stays_exact_when_some_lines_cannot_be_imported(files):
     assert out.returncode == 1
     assert out.stdout.splitlines()[-1] == "1 passed, 1 failed"
     assert "line 2" in out.stderr and "kind" in out.stderr
+
+
+def test_check_checks_an_excluded_problem_but_does_not_count_it(files):
+    bad = dict(SQ, id="bad", reference_solution="def sq(x):\n    return 0\n", excluded=True)
+    (files / "curated.jsonl").write_text(json.dumps(SQ) + "\n" + json.dumps(bad) + "\n")
+    out = cli("check", files / "curated.jsonl")
+    assert out.returncode == 0, out.stdout + out.stderr  # runs skip it: its failure fails nothing
+    rows = [json.loads(line) for line in out.stdout.splitlines()[:-1]]
+    assert [(r["problem_id"], r.get("excluded")) for r in rows] == [("sq", None), ("bad", True)]
+    assert not rows[1]["reference_passed"] and rows[1]["detail"]  # its verdict is still there to read
+    assert out.stdout.splitlines()[-1] == "1 passed, 0 failed"
+    assert "1 excluded problem(s) checked but not counted (1 of them failing" in out.stderr
+    (files / "broken.jsonl").write_text(json.dumps(dict(SQ, excluded="yes")) + "\n")
+    out = cli("check", files / "broken.jsonl")
+    assert out.returncode == 1 and "line 1: excluded: 'yes' must be true or false" in out.stderr

@@ -139,6 +139,35 @@ def test_null_in_an_optional_native_field_means_its_default():
         Problem.from_dict({"id": None, "kind": "stdio", "test_cases": [{"input": "", "output": ""}]})
 
 
+def test_excluded_is_an_optional_boolean_written_only_when_true(tmp_path):
+    base = {"id": "x", "kind": "function", "entry_point": "f", "tests": ["assert f()"]}
+    assert Problem.from_dict(base).excluded is False and "excluded" not in Problem.from_dict(base).to_dict()
+    assert Problem.from_dict({**base, "excluded": None}).excluded is False  # null: the default
+    assert "excluded" not in Problem.from_dict({**base, "excluded": False}).to_dict()
+    out = Problem.from_dict({**base, "excluded": True})
+    assert out.excluded is True and out.to_dict()["excluded"] is True
+    path = tmp_path / "set.jsonl"
+    with open(path, "w") as f:
+        dump_problems([out, Problem.from_dict({**base, "id": "y"})], f)
+    result = load_problems(path)  # detected as native, the field kept through a file
+    assert result.format == "native" and not result.errors
+    assert [(p.id, p.excluded) for p in result.problems] == [("x", True), ("y", False)]
+
+
+@pytest.mark.parametrize("value, shown", [("yes", "'yes'"), (1, "1"), (0, "0"), ("true", "'true'"),
+                                          ([True], "[True]"), ({}, "{}")])
+def test_an_excluded_that_is_not_a_boolean_is_refused_on_its_line_naming_the_value(value, shown):
+    base = {"id": "x", "kind": "function", "entry_point": "f", "tests": ["assert f()"]}
+    data = (json.dumps(base) + "\n" + json.dumps({**base, "id": "y", "excluded": value}) + "\n").encode()
+    result = load_problems_bytes(data, "set.jsonl", "native")
+    assert [p.id for p in result.problems] == ["x"]
+    assert errors_of(result) == [(2, "excluded")]
+    assert result.errors[0].message.startswith(f"{shown} must be true or false, got ")
+    with pytest.raises(ProblemError) as e:
+        Problem(id="z", kind="function", entry_point="f", tests=("assert f()",), excluded=value)
+    assert e.value.field == "excluded"
+
+
 def test_importing_problems_and_candidate_pulls_in_neither_torch_nor_django():
     code = ("import sys, sandbox.problems, sandbox.candidate, sandbox.formats; "
             "sandbox.formats.converters(); "

@@ -106,6 +106,17 @@ def test_a_problem_file_without_a_train_split_is_refused(run_yaml, tmp_path, cap
     assert "no problem with split 'train'" in error_line(capsys)
 
 
+def test_problems_marked_excluded_are_read_and_skipped(run_yaml, tmp_path, capsys):
+    exported = tmp_path / "exported.jsonl"  # a web app export: the only train problem was excluded
+    exported.write_text(json.dumps(GOOD_PROBLEM) + "\n"
+                        + json.dumps({**GOOD_PROBLEM, "id": "sub2", "split": "train", "excluded": True}) + "\n")
+    assert cli.main(["run", "--config", str(run_yaml), "--out", str(tmp_path / "r"),
+                     "--set", f"problems={exported}"]) == 2
+    assert "no problem with split 'train' to train on (problems marked excluded are skipped)" in error_line(capsys)
+    import argparse  # probe and eval read through the same filter
+    assert [p.id for p in cli._problems_of_split(argparse.Namespace(problems=str(exported), split="all"))] == ["sub"]
+
+
 def test_resume_of_a_missing_run_directory_is_refused(run_yaml, tmp_path, capsys):
     assert cli.main(["run", "--config", str(run_yaml), "--out", str(tmp_path / "none"), "--resume"]) == 2
     assert "run directory not found" in error_line(capsys)

@@ -225,6 +225,13 @@ def test_an_error_writes_done_failed_and_propagates(tmp_path, tiny_model_dir, ru
     assert done["event"] == "done" and done["status"] == "failed" and "split 'train'" in done["error"]
 
 
+def test_a_run_skips_problems_marked_excluded(tmp_path, tiny_model_dir, runner):
+    exported = tmp_path / "exported.jsonl"  # a web app export whose only train problem was excluded
+    exported.write_text(json.dumps({**PROBLEMS[0], "excluded": True}) + "\n" + json.dumps(PROBLEMS[-1]) + "\n")
+    with pytest.raises(ValueError, match="no problem with split 'train' to train on \\(problems marked excluded"):
+        train(tiny_run_config(tiny_model_dir, exported), tmp_path / "run", runner=runner, progress=False)
+
+
 def test_zero_variance_groups_are_counted_and_can_be_dropped(tmp_path, tiny_model_dir, runner):
     impossible = [{"id": f"never-{i}", "kind": "function", "prompt": f"def f{i}(x):\n", "entry_point": f"f{i}",
                    "tests": ["assert False"], "split": "train"} for i in range(2)]

@@ -2,7 +2,8 @@
 file brought no held-out problems, and problems excluded from runs (kept in the set, marked excluded).
 
 Runs and probes read the set through ``services.write_problems_jsonl``, which leaves excluded problems out;
-the export keeps every problem, as uploaded apart from a chosen split."""
+the export keeps every problem, as uploaded apart from a chosen split and `"excluded": true` on an excluded
+one (the native format's field), so uploading the export again keeps the same problems out of runs."""
 from __future__ import annotations
 
 import hashlib

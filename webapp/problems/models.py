@@ -393,9 +393,10 @@ class Problem(models.Model):
         return self.problem_id
 
     def to_sandbox(self):
+        """The sandbox `Problem`, `excluded` as the row says (an export writes it; runs never see one)."""
         from sandbox.problems import Problem as SandboxProblem
 
-        return SandboxProblem.from_dict(self.data)
+        return SandboxProblem.from_dict({**self.data, "excluded": self.excluded})
 
 
 class ProblemValidation(models.Model):

@@ -224,13 +224,22 @@ def _name_from_filename(filename: str) -> str:
 
 
 def _store_problems(problem_set: ProblemSet, problems: Iterable) -> None:
-    """Replace the set's problems by `problems` (sandbox `Problem`s) and refresh its counts."""
+    """Replace the set's problems by `problems` (sandbox `Problem`s) and refresh its counts. A problem the
+    file marks `excluded` (an export of a set with excluded problems) is stored excluded: the row's column
+    holds it, not `data` (``Problem.to_sandbox`` puts it back), so ``set_excluded`` has one thing to change."""
     problem_set.problems.all().delete()
     rows = [Problem(problem_set=problem_set, position=i, problem_id=db_safe(p.id), split=p.split, kind=p.kind,
-                    tags=db_safe(list(p.tags)), data=db_safe(p.to_dict())) for i, p in enumerate(problems)]
+                    tags=db_safe(list(p.tags)), data=db_safe(_row_data(p)), excluded=p.excluded)
+            for i, p in enumerate(problems)]
     curation.apply_heldout_share(problem_set, rows)  # a held-out share chosen at upload, for a file with none
     Problem.objects.bulk_create(rows, batch_size=500)
     problem_set.refresh_counts()
+
+
+def _row_data(problem) -> dict:
+    data = problem.to_dict()
+    data.pop("excluded", None)
+    return data
 
 
 def replace_problems(problem_set: ProblemSet, problems: list, *, format: str | None = None,
@@ -544,7 +553,8 @@ def sandbox_problems(problem_set: ProblemSet) -> list:
 
 
 def dump_problem_set(problem_set: ProblemSet, fileobj: IO) -> int:
-    """Write the set as native JSON Lines to a text or binary file object; returns the count."""
+    """Write the problems runs and probes use (no excluded one, so no line says `excluded`) as native JSON
+    Lines to a text or binary file object; returns the count. The export is ``views.export_lines``."""
     from sandbox.formats import dump_problems
 
     return dump_problems(sandbox_problems(problem_set), fileobj)

@@ -201,7 +201,8 @@ def problem_set_export(request: HttpRequest, pk: int) -> StreamingHttpResponse:
 
 
 def export_lines(problem_set: ProblemSet):
-    """Native JSON Lines, one problem at a time (sets can be large)."""
+    """Native JSON Lines, one problem at a time (sets can be large): every problem, an excluded one with
+    `"excluded": true`, so a re-upload of the file keeps it out of runs."""
     from sandbox.formats import dump_problems
 
     for row in problem_set.problems.order_by("position").iterator(chunk_size=500):

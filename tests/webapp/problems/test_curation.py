@@ -5,12 +5,14 @@ from pathlib import Path
 
 import pytest
 
+from webapp.problems import services
 from webapp.problems.curation import heldout_ids
 from webapp.problems.models import Problem, ProblemSet
 from webapp.runs.forms import set_warnings
 from webapp.runs.models import Run
 
-from tests.factories import TINY_OVERRIDES, fail_validation, install_model_stub, make_problem_set, problem_lines
+from tests.factories import (TINY_OVERRIDES, fail_validation, install_model_stub, jsonl, make_problem_set,
+                             problem_lines)
 
 from .conftest import upload_file
 
@@ -171,3 +173,63 @@ def test_the_upload_form_offers_the_share_and_says_what_is_wrong_with_it(client_
                                              "heldout_share": "0.95"})
     assert r.status_code == 400 and not ProblemSet.objects.exists()
     assert 'id="heldout-errors">Held-out share: Ensure this value is less than or equal to 0.9.' in r.content.decode()
+
+
+def _export(client, ps: ProblemSet, api: bool = False) -> bytes:
+    url = f"/api/problem-sets/{ps.pk}/export" if api else f"/problem-sets/{ps.pk}/export.jsonl"
+    r = client.get(url)
+    assert r.status_code == 200
+    return b"".join(r.streaming_content)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["in the request", "by the import task"])
+def test_an_exported_set_uploaded_again_keeps_its_excluded_problems_excluded(client_alice, user, settings, tmp_path,
+                                                                            background):
+    ps = make_problem_set(user, "curated", problem_lines(4, 2))
+    broken = fail_validation(ps, "add-2")
+    client_alice.post(f"/problem-sets/{ps.pk}/problems/{broken.pk}/exclude", {"excluded": "1"})
+    heldout = ps.problems.get(problem_id="add-5")  # a held-out one too: it leaves the held-out count
+    client_alice.post(f"/problem-sets/{ps.pk}/problems/{heldout.pk}/exclude", {"excluded": "1"})
+    exported = _export(client_alice, ps)
+    assert _export(client_alice, ps, api=True) == exported
+    lines = {p["id"]: p for p in map(json.loads, exported.splitlines())}
+    assert len(lines) == 6 and lines["add-2"]["excluded"] is True and lines["add-5"]["excluded"] is True
+    assert all("excluded" not in p for pid, p in lines.items() if pid not in ("add-2", "add-5"))
+
+    if background:
+        settings.UPLOAD_INLINE_BYTES, settings.MEDIA_ROOT = 64, tmp_path / "uploads"
+    r = client_alice.post("/api/problem-sets", {"name": "again", "file": upload_file(exported, "curated.jsonl")})
+    assert r.status_code == (202 if background else 201), r.content
+    if background:
+        services.import_problem_set(r.json()["id"])
+    again = ProblemSet.objects.get(pk=r.json()["id"])
+    assert (again.problem_count, again.train_count, again.heldout_count, again.excluded_count) == (6, 3, 1, 2)
+    assert set(again.problems.filter(excluded=True).values_list("problem_id", flat=True)) == {"add-2", "add-5"}
+    assert all("excluded" not in p.data for p in again.problems.all())  # the row's column says it, once
+    detail = client_alice.get(f"/api/problem-sets/{again.pk}").json()
+    assert detail["excluded"] == 2 and detail["splits"] == {"train": 3, "heldout": 1}
+
+    fail_validation(again, "add-2")  # failing, but excluded: no warning, as after the Exclude button
+    again.refresh_from_db()
+    assert again.validation_badge == ("done", "done") and not set_warnings(again, None, short=True)
+    assert {p["id"] for p in _run_problems(client_alice, again)} == {"HumanEval/0", "add-1", "add-3", "add-4"}
+    assert all("excluded" not in p for p in _run_problems(client_alice, again))
+    assert _export(client_alice, again) == exported  # and round and round
+
+    client_alice.post(f"/problem-sets/{again.pk}/problems/{again.problems.get(problem_id='add-2').pk}/exclude",
+                      {"excluded": "0"})
+    again.refresh_from_db()
+    assert (again.train_count, again.excluded_count) == (4, 1)
+    assert "excluded" not in json.loads(_export(client_alice, again).splitlines()[2])
+
+
+def test_an_excluded_field_that_is_not_a_boolean_is_refused_on_its_line(client_alice):
+    good = [json.loads(line) for line in problem_lines(3, 0).splitlines()]
+    lines = [good[0], {**good[1], "excluded": "yes"}, {**good[2], "excluded": 1}, {**good[2], "id": "x", "excluded": True}]
+    r = client_alice.post("/api/problem-sets", {"file": upload_file(jsonl(*lines))})
+    assert r.status_code == 201, r.content
+    errors = r.json()["errors"]
+    assert [(e["line"], e["field"]) for e in errors] == [(2, "excluded"), (3, "excluded")]
+    assert "'yes' must be true or false" in errors[0]["message"] and "1 must be true or false" in errors[1]["message"]
+    ps = ProblemSet.objects.get(pk=r.json()["id"])
+    assert (ps.problem_count, ps.train_count, ps.excluded_count) == (2, 1, 1)
