@@ -61,14 +61,14 @@ SHAPE_9B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
                 vocab_size=248320, max_position_embeddings=8192, tie_word_embeddings=False,
                 rope_parameters={"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
                                  "mrope_section": [11, 11, 10], "mrope_interleaved": True})
-# Same architecture and code path, CPU-sized (4 layers: 3 linear + 1 full); vocabulary larger than the
-# tokenizer's on purpose (like a random 9B model, it samples ids the tokenizer has never seen).
-SHAPE_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-                  linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
-                  vocab_size=4096, max_position_embeddings=1024, tie_word_embeddings=False,
-                  rope_parameters={"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.25,
-                                   "mrope_section": [1, 1, 0], "mrope_interleaved": True})
+# Same architecture and code path, CPU-sized (4 layers: 3 linear + 1 full): only the sizes differ.
+# Vocabulary larger than the tokenizer's on purpose (like a random 9B model, it samples ids the
+# tokenizer has never seen).
+SHAPE_TINY = {**SHAPE_9B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "linear_num_key_heads": 2,
+              "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+              "vocab_size": 4096, "max_position_embeddings": 1024,
+              "rope_parameters": {**SHAPE_9B["rope_parameters"], "rope_theta": 10_000.0, "mrope_section": [1, 1, 0]}}
 
 
 # --tiny --engine vllm: vLLM's CPU gated-delta-rule kernel takes only 128-wide linear-attention heads,

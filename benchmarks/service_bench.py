@@ -48,19 +48,8 @@ def pinned_replicas(n: int, workers: int, token: str) -> tuple[object, list]:
 def pin_tree(pid: int, cores: set[int]) -> None:
     """Pin every thread of `pid` and of its descendants (its warm sandbox workers) to `cores`; what it
     starts later inherits the pinning."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        stack += children.get(p, [])
+    from training.engines.guardian import descendants
+    for p in [pid, *descendants(pid)]:
         try:
             for tid in os.listdir(f"/proc/{p}/task"):
                 os.sched_setaffinity(int(tid), cores)
@@ -194,7 +183,7 @@ def main(argv: list[str]) -> int:
     problems, cands, _ = workload(a.n)
     _, few, _ = workload(a.overhead_n)
     urls = a.endpoints or None
-    lines = [f"## Sandbox service: replicas, overhead, recovery", "",
+    lines = ["## Sandbox service: replicas, overhead, recovery", "",
              f"{os.cpu_count()} CPUs, shared with other work; {time.strftime('%Y-%m-%d %H:%M')}; process backend, "
              "warm mode; workload of the sandbox bench (MBPP-size, 3/4 correct). "
              f"Scaling: {a.n} candidates, one client, {a.rounds} rounds of every replica count in turn; "

@@ -8,9 +8,10 @@ from ninja import NinjaAPI
 from ninja.errors import ValidationError
 from ninja.parser import Parser
 
-from training.config import json_number
+from training.config import ConfigError, json_number
 
 from webapp.accounts.auth import API_AUTH
+from webapp.core.refusals import Conflict
 from webapp.probes.api import router as probes_router
 from webapp.problems.api import router as problem_sets_router
 from webapp.runs.api import engines_router, presets_router, router as runs_router
@@ -63,6 +64,18 @@ def body_too_large(request: HttpRequest, exc: RequestDataTooBig):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return api.create_response(request, {"detail": f"request body too large: the limit is {limit >> 20} MiB "
                                                    f"({limit} bytes)", "field": None}, status=400)
+
+
+@api.exception_handler(ConfigError)
+def bad_value(request: HttpRequest, exc: ConfigError):
+    """A service's refusal of a value (a run config, a model name, a problem set): 400 naming the field."""
+    return api.create_response(request, {"detail": str(exc), "field": exc.field}, status=400)
+
+
+@api.exception_handler(Conflict)
+def conflict(request: HttpRequest, exc: Conflict):
+    """A sound request that the state of what it names forbids now (webapp.core.refusals): 409."""
+    return api.create_response(request, {"detail": str(exc)}, status=409)
 
 
 @api.get("/me", summary="The authenticated user")

@@ -5,10 +5,15 @@ from .conftest import login
 from .test_run_flow import wait_until
 
 
+def open_form(page, live_server_url, problem_set) -> None:
+    """alice, logged in, on the new-run form with ``problem_set`` chosen."""
+    login(page, live_server_url, "alice", "alice-password-1")
+    page.goto(f"{live_server_url}/runs/new?problem_set={problem_set.pk}")
+
+
 def test_the_launch_bar_stays_in_view_and_lists_changes_from_the_preset(page, live_server_url, user, output_dir):
     ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    open_form(page, live_server_url, ps)
     assert page.locator("#launch").is_visible()  # at the top of a long form, no scrolling
     box = page.locator("#launch-bar").bounding_box()
     assert box["y"] + box["height"] <= 1000 + 1
@@ -21,8 +26,7 @@ def test_the_launch_bar_stays_in_view_and_lists_changes_from_the_preset(page, li
 
 def test_out_of_range_numbers_are_refused_before_the_form_is_sent(page, live_server_url, user):
     ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    open_form(page, live_server_url, ps)
     page.evaluate("window.__sameDocument = true")
     page.fill("input[name='sampling.candidates_per_problem']", "1")
     page.fill("input[name='ppo.clip_range']", "0")
@@ -36,8 +40,7 @@ def test_out_of_range_numbers_are_refused_before_the_form_is_sent(page, live_ser
 def test_a_set_without_held_out_problems_is_questioned_before_launch(page, live_server_url, user, output_dir,
                                                                      demo_tiny_model):
     ps = make_problem_set(user, "scratch upload", problem_lines(4, 0))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    open_form(page, live_server_url, ps)
     page.click("#launch")
     page.wait_for_selector("#launch-warnings")
     assert "no held-out problems" in page.locator("#launch-warnings").inner_text()
@@ -50,8 +53,7 @@ def test_a_set_without_held_out_problems_is_questioned_before_launch(page, live_
 def test_the_launch_bar_names_what_the_chosen_set_lacks_before_launch(page, live_server_url, user, output_dir):
     good = make_problem_set(user, "with held-out", problem_lines(8, 2))
     scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={good.pk}")
+    open_form(page, live_server_url, good)
     assert page.locator("#set-issues").is_hidden()
     page.select_option("select[name=problem_set]", str(scratch.pk))
     issues = page.locator("#set-issues")
@@ -67,8 +69,7 @@ def test_a_preset_moves_off_a_set_it_cannot_use_to_the_newest_set_it_can(page, l
     big = make_problem_set(user, "big set", problem_lines(32, 4))
     small = make_problem_set(user, "small set", problem_lines(8, 2))
     scratch = make_problem_set(user, "scratch upload", problem_lines(4, 0))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={scratch.pk}")
+    open_form(page, live_server_url, scratch)
     chosen, note = page.locator("select[name=problem_set]"), page.locator("#set-switched")
     assert note.is_hidden()
 
@@ -97,8 +98,7 @@ IN_VIEW = "el => { const r = el.getBoundingClientRect(); return r.top >= 0 && r.
 def test_the_error_banner_names_the_bad_field_and_its_link_brings_it_into_view(page, live_server_url, user,
                                                                                output_dir):
     ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    open_form(page, live_server_url, ps)
     page.fill("input[name='sampling.stop']", '["\\n\\n"')  # only the server reads this one: far down the page
     page.click("#launch")
     page.wait_for_selector("#form-errors")
@@ -115,8 +115,7 @@ def test_the_error_banner_names_the_bad_field_and_its_link_brings_it_into_view(p
 
 def test_choosing_an_engine_that_is_not_installed_is_named_in_the_launch_bar(page, live_server_url, user):
     ps = make_problem_set(user, "with held-out", problem_lines(8, 2))
-    login(page, live_server_url, "alice", "alice-password-1")
-    page.goto(f"{live_server_url}/runs/new?problem_set={ps.pk}")
+    open_form(page, live_server_url, ps)
     engine, issue = page.locator("select[name='sampling.engine']"), page.locator("#engine-issue")
     # Whether vLLM is installed depends on this machine: the server's marking is tested in
     # tests/webapp/runs/test_engine.py; here the page is told, as the server tells it where it is missing.

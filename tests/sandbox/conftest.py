@@ -12,6 +12,7 @@ import pytest
 
 from sandbox.limits import Limits
 from sandbox.problems import Problem
+from training.engines.guardian import descendants
 
 BACKEND_IDS = ("process-warm", "process-cold", "docker")
 _SKIPPED: dict[str, str] = {}
@@ -98,27 +99,6 @@ def limits(problem, **kw) -> Limits:
 
 # --- the leak check ----------------------------------------------------------------------------
 
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    out, stack = set(), [root]
-    while stack:
-        for c in children.get(stack.pop(), []):
-            if c not in out:
-                out.add(c)
-                stack.append(c)
-    return out
-
-
 def processes_in_cgroups_of(pid: int) -> set[int]:
     """The processes in the sandbox cgroups that the process `pid` created (`crucible-<pid>/...`)."""
     tag = f"crucible-{pid}/"
@@ -150,7 +130,7 @@ def leftover_processes() -> set[int]:
     """Sandbox processes started by this test process (its descendants running as the sandbox user
     or bubblewrap/harness, or anything in its sandbox cgroups). Other fixtures' services (Redis...)
     are not ours to judge."""
-    mine = {pid for pid in _descendants(os.getpid()) if _is_sandbox_process(pid)}
+    mine = {pid for pid in descendants(os.getpid()) if _is_sandbox_process(pid)}
     return (mine | processes_in_cgroups_of(os.getpid())) - {os.getpid()}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from training.engines.guardian import POLL_S
+from training.engines.guardian import POLL_S, descendants
 from training.engines.vllm_server import GRACE_S, end_orphaned_servers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,3 +196,18 @@ def test_the_sweep_ends_the_engine_processes_of_a_trainer_killed_with_its_guardi
         alive.kill()
         alive.wait()
     _wait(lambda: not _tree(alive_token), GONE_WITHIN_S, "the live trainer's tree after its SIGKILL")
+
+
+def test_descendants_lists_every_process_of_a_tree_once_and_not_the_root():
+    # bash -> (sleep, subshell -> sleep): three descendants, one of them a grandchild.
+    tree = subprocess.Popen(["bash", "-c", "sleep 60 & (sleep 60 & wait) & wait"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(found := descendants(tree.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(found) == len(set(found)) == 3 and tree.pid not in found, found
+        subshells = [pid for pid in found if descendants(pid)]
+        assert len(subshells) == 1 and set(descendants(subshells[0])) < set(found)  # the grandchild
+    finally:
+        os.killpg(tree.pid, signal.SIGKILL)
+        tree.wait()

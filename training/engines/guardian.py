@@ -59,7 +59,10 @@ def owner_gone(fd: int, owner: int) -> bool:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` from /proc (a child subreaper's include the orphans it adopted)."""
+    """Every live descendant of ``pid`` from /proc (a child subreaper's include the orphans it adopted).
+    Also the vLLM server's, the sandbox tests' leak check's and the service bench's (stdlib only, so
+    importable from anywhere). Each pid once: /proc is read one process at a time, so a pid reused
+    meanwhile can show up under a descendant of its own."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -71,10 +74,13 @@ def descendants(pid: int) -> list[int]:
             continue
         children.setdefault(ppid, []).append(int(name))
     out: list[int] = []
-    todo = children.get(pid, [])
-    while todo:
-        out += todo
-        todo = [c for p in todo for c in children.get(p, [])]
+    seen, stack = {pid}, [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                out.append(child)
+                stack.append(child)
     return out
 
 

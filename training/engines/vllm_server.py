@@ -28,11 +28,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from training.config import MAX_STOP_STRINGS
 from training.engines.base import EngineError
+from training.engines.guardian import descendants
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_ENV = "CRUCIBLE_VLLM_PYTHON"
@@ -144,7 +145,7 @@ class VLLMServer:
                 raise EngineError(f"the vLLM server exited with code {self.proc.returncode} while starting; "
                                   f"its log ({self.log_path}) ends:\n{self.log_tail()}")
             if _healthy(self.url):
-                self.family = [(pid, _start_time(pid)) for pid in _descendants(self.proc.pid)]
+                self.family = [(pid, _start_time(pid)) for pid in descendants(self.proc.pid)]
                 return
             if time.monotonic() > deadline:
                 raise EngineError(f"the vLLM server did not answer {self.url}/health within {timeout_s:.0f} s; "
@@ -168,7 +169,7 @@ class VLLMServer:
         if getattr(self, "_stopped", False):
             return
         self._stopped = True
-        family = _descendants(self.proc.pid)
+        family = descendants(self.proc.pid)
         if self.owner_fd is not None:
             os.close(self.owner_fd)
             self.owner_fd = None
@@ -178,7 +179,7 @@ class VLLMServer:
                 self.proc.wait(grace_s + 10)
             except subprocess.TimeoutExpired:
                 pass
-        family += _descendants(self.proc.pid) + [self.proc.pid]
+        family += descendants(self.proc.pid) + [self.proc.pid]
         family += [pid for pid, started in self.family if started and _start_time(pid) == started]
         for pid in dict.fromkeys(family):
             try:
@@ -297,19 +298,3 @@ def _start_time(pid: int) -> str:
         return ""
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out: list[int] = []
-    todo: Sequence[int] = children.get(pid, [])
-    while todo:
-        out += todo
-        todo = [c for p in todo for c in children.get(p, [])]
-    return out

@@ -8,17 +8,19 @@ pending set with the tasks the broker holds (``broker.held_task_ids``) and publi
 lacks. A task published twice is harmless: every job's body is idempotent.
 
 A job names its Celery task once (``DurableJob("runs.supervise", ...)`` in the module that publishes
-it); the app's ``tasks.py`` registers the body under that name with ``@JOB.task()``, so the publisher
+it); the app's ``tasks.py`` registers the body under that name with ``@JOB.task()`` (or, for a service
+that returns the row it did the job of, ``JOB.register(service, outcome=FIELD)``), so the publisher
 never imports its task module. The queue comes only from ``CELERY_TASK_ROUTES``. A job whose task takes
 one row's id, its task id ``<prefix>-<id>``, is a ``RowJob``.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 
 from webapp.celery import app
 
@@ -59,6 +61,16 @@ class DurableJob:
         The configured app, not ``shared_task``: a process that never imported webapp.celery would
         otherwise send through Celery's unconfigured default app and the task would never arrive."""
         return app.task(name=self.name, **options)
+
+    def register(self, service: Callable[..., Model | None], *, outcome: str, **options):
+        """Register ``service`` as this job's task: it does (or finds done) the job of one row and returns the
+        row, or None when the row is gone. The task returns the row's ``outcome`` field instead, the word a
+        worker logs when the task ends (a row would not pass Celery's serializer); ``options`` as for ``task``."""
+        @functools.wraps(service)
+        def body(*args, **kwargs) -> str | None:
+            row = service(*args, **kwargs)
+            return getattr(row, outcome) if row is not None else None
+        return self.task(**options)(body)
 
     def publish(self, *args, task_id: str) -> bool:
         """Send the task now; False (logged, never raised) when the broker is down: the sweep sends it later."""

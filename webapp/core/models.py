@@ -5,6 +5,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from . import trainer_process
+from .refusals import Conflict
 
 
 class OwnedQuerySet(models.QuerySet):
@@ -18,7 +19,7 @@ class OwnedQuerySet(models.QuerySet):
         return self.filter(owner=user)
 
 
-class TransitionError(ValueError):
+class TransitionError(Conflict, ValueError):
     """A state change that the row's current state does not allow; the message says why and what to do."""
 
 

@@ -124,14 +124,9 @@ def list_suites(request: HttpRequest):
              summary="Evaluate a model or checkpoint on a benchmark (a job on the gpu queue)")
 def create(request: HttpRequest, payload: EvalIn):
     user = _user(request)
-    try:
-        evaluation = services.request_evaluation(
-            user, model=payload.model, suite=payload.suite, problem_set=_problem_set(user, payload.problem_set),
-            split=payload.split, samples=payload.samples, ks=payload.ks, seed=payload.seed)
-    except ConfigError as exc:
-        return Status(400, {"detail": str(exc), "field": exc.field})
-    except services.EvalConflict as exc:
-        return Status(409, {"detail": str(exc)})
+    evaluation = services.request_evaluation(
+        user, model=payload.model, suite=payload.suite, problem_set=_problem_set(user, payload.problem_set),
+        split=payload.split, samples=payload.samples, ks=payload.ks, seed=payload.seed)
     return Status(202, evaluation.state())
 
 
@@ -140,15 +135,10 @@ def create(request: HttpRequest, payload: EvalIn):
 def before_after(request: HttpRequest, payload: BeforeAfterIn):
     user = _user(request)
     run = get_object_or_404(Run.objects.visible_to(user), pk=payload.run)
-    try:
-        before, after = services.request_before_after(
-            run, user, suite=None if payload.problem_set is not None else payload.suite,
-            problem_set=_problem_set(user, payload.problem_set), split=payload.split, samples=payload.samples,
-            ks=payload.ks, seed=payload.seed)
-    except ConfigError as exc:
-        return Status(400, {"detail": str(exc), "field": exc.field})
-    except services.EvalConflict as exc:
-        return Status(409, {"detail": str(exc)})
+    before, after = services.request_before_after(
+        run, user, suite=None if payload.problem_set is not None else payload.suite,
+        problem_set=_problem_set(user, payload.problem_set), split=payload.split, samples=payload.samples,
+        ks=payload.ks, seed=payload.seed)
     return Status(202, {"before": before.state(), "after": after.state()})
 
 
@@ -177,7 +167,4 @@ def get_candidates(request: HttpRequest, evaluation_id: int, problem_id: str):
 
 @router.post("/{int:evaluation_id}/cancel", response={200: EvalOut, 409: Error}, by_alias=True, summary="Stop an evaluation")
 def cancel(request: HttpRequest, evaluation_id: int):
-    try:
-        return Status(200, services.cancel_evaluation(_evaluation(request, evaluation_id)).state())
-    except services.EvalConflict as exc:
-        return Status(409, {"detail": str(exc)})
+    return Status(200, services.cancel_evaluation(_evaluation(request, evaluation_id)).state())

@@ -29,6 +29,7 @@ from webapp.core import supervision
 from webapp.core.groups import user_group
 from webapp.core.jobs import RowJob
 from webapp.core.jsonsafe import db_safe
+from webapp.core.refusals import Conflict
 from webapp.probes.services import sampling_config
 from webapp.problems.models import ProblemSet
 from webapp.problems.services import write_problems_jsonl
@@ -50,7 +51,7 @@ DEFAULT_SAMPLES = 10
 SPLITS = ("all", "heldout", "train")
 
 
-class EvalConflict(Exception):
+class EvalConflict(Conflict):
     """The evaluation cannot be done now (a set not imported, a run without a checkpoint, already over)."""
 
 

@@ -6,11 +6,8 @@ from webapp.celery import app
 from .services import EVAL_JOB, fail_lost_evaluations, run_evaluation
 
 
-@EVAL_JOB.task()
-def evaluate(evaluation_id: int) -> str | None:
-    """Supervise one evaluation (`python -m training eval` as a child); idempotent."""
-    result = run_evaluation(evaluation_id)
-    return result.status if result else None
+evaluate = EVAL_JOB.register(run_evaluation, outcome="status")
+"""Supervise one evaluation (`python -m training eval` as a child); idempotent."""
 
 
 @app.task(name="evals.sweep", ignore_result=True)

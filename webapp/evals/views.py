@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from training.config import ConfigError
 
+from webapp.core.refusals import add_refusal
 from webapp.runs.models import Run
 
 from . import services
@@ -53,10 +54,8 @@ def create(request: HttpRequest) -> HttpResponse:
         try:
             evaluation = services.request_evaluation(request.user, model=data["model"], samples=data["samples"],
                                                      ks=data["ks"], seed=data["seed"], **form.target())
-        except ConfigError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-        except services.EvalConflict as exc:
-            form.add_error(None, str(exc))
+        except (ConfigError, services.EvalConflict) as exc:
+            add_refusal(form, exc)
         else:
             messages.success(request, "Evaluation queued on the gpu workers.")
             return redirect("evals:detail", evaluation.pk)

@@ -7,8 +7,6 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema
 from ninja.responses import Status
 
-from training.config import ConfigError
-
 from webapp.problems.api import FieldError, Message, ProbeState, request_user, visible_sets
 
 from . import services
@@ -35,10 +33,5 @@ class ProbeIn(Schema):
                          "409 while the set is imported or another probe of it is under way.")
 def probe(request: HttpRequest, problem_set_id: int, payload: ProbeIn):
     ps = get_object_or_404(visible_sets(request).select_related("owner"), pk=problem_set_id)
-    try:
-        created = services.request_probe(ps, request_user(request), payload.model, payload.adapter, payload.samples)
-    except ConfigError as exc:
-        return Status(400, {"detail": str(exc), "field": exc.field})
-    except services.ProbeConflict as exc:
-        return Status(409, {"detail": str(exc)})
+    created = services.request_probe(ps, request_user(request), payload.model, payload.adapter, payload.samples)
     return Status(202, created.state())

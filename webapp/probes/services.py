@@ -30,6 +30,7 @@ from training.difficulty import ProbeFileError, read_probe
 from webapp.core import queueing, supervision
 from webapp.core.jobs import RowJob
 from webapp.core.jsonsafe import db_safe
+from webapp.core.refusals import Conflict
 from webapp.problems.models import Probe, ProblemSet
 from webapp.problems.services import notify_owner, write_problems_jsonl
 from webapp.runs.config import default_config, merge_config
@@ -49,7 +50,7 @@ KILL_GRACE_S = 10
 """A probe stopped (its set deleted, its supervisor failing) has this long to exit before it is killed."""
 
 
-class ProbeConflict(Exception):
+class ProbeConflict(Conflict):
     """The set cannot be probed now (a probe is under way, or its problems are not imported)."""
 
 

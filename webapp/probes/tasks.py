@@ -6,11 +6,8 @@ from webapp.celery import app
 from .services import PROBE_JOB, fail_lost_probes, run_probe
 
 
-@PROBE_JOB.task()
-def probe(probe_id: int) -> str | None:
-    """Supervise one difficulty probe (`python -m training probe` as a child); idempotent."""
-    result = run_probe(probe_id)
-    return result.status if result else None
+probe = PROBE_JOB.register(run_probe, outcome="status")
+"""Supervise one difficulty probe (`python -m training probe` as a child); idempotent."""
 
 
 @app.task(name="probes.sweep", ignore_result=True)

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from training.config import ConfigError
 
+from webapp.core.refusals import add_refusal
 from webapp.problems import services as problem_services
 from webapp.problems.forms import ProblemFilterForm
 from webapp.problems.views import PAGE_SIZE, filtered_problems, probe_context, visible_sets
@@ -26,10 +27,8 @@ def request_probe(request: HttpRequest, pk: int) -> HttpResponse:
         try:
             services.request_probe(problem_set, request.user, form.cleaned_data["model"], None,
                                    form.cleaned_data["samples"])
-        except ConfigError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-        except services.ProbeConflict as exc:
-            form.add_error(None, str(exc))
+        except (ConfigError, services.ProbeConflict) as exc:
+            add_refusal(form, exc)
         else:
             messages.success(request, "Difficulty probe queued; the card below says where it stands.")
             return redirect(f"{reverse('problems:detail', args=[pk])}#probe")

@@ -300,9 +300,6 @@ def exclude(request: HttpRequest, problem_set_id: int, problem_id: str, payload:
                summary="Delete a problem set (409 while a queued, running or cancelling run uses it)")
 def delete(request: HttpRequest, problem_set_id: int):
     ps = get_object_or_404(visible_sets(request), pk=problem_set_id)
-    try:
-        services.delete_problem_set(ps)
-    except services.ProblemSetInUse as exc:
-        return Status(409, {"detail": str(exc)})
+    services.delete_problem_set(ps)
     return Status(204, None)
 

@@ -23,6 +23,7 @@ from webapp import env
 from webapp.core.groups import user_group
 from webapp.core.jobs import DurableJob, Pending, RowJob
 from webapp.core.jsonsafe import db_safe
+from webapp.core.refusals import Conflict
 from webapp.core.text import name_problem
 from . import curation
 from .environments import environment_quota_errors
@@ -42,7 +43,7 @@ IMPORT_PROGRESS_INTERVAL_S = 0.5
 """Least time between two stored progress updates of a background import."""
 
 
-class ProblemSetInUse(Exception):
+class ProblemSetInUse(Conflict):
     """Deleting a problem set that a queued, running or cancelling run still uses."""
 
 

@@ -10,18 +10,11 @@ from webapp.celery import app
 from .services import IMPORT_JOB, VALIDATION_JOB, import_problem_set, validate_problem_set
 
 
-@VALIDATION_JOB.task()
-def validate(problem_set_id: int, generation: int | None = None, force: bool = False) -> str | None:
-    """Validate one problem set; a redelivered task for a finished set is a no-op unless `force`."""
-    problem_set = validate_problem_set(problem_set_id, generation, force=force)
-    return problem_set.validation_status if problem_set else None
+validate = VALIDATION_JOB.register(validate_problem_set, outcome="validation_status")
+"""Validate one problem set; a redelivered task for a finished set is a no-op unless `force`."""
 
-
-@IMPORT_JOB.task()
-def import_upload(problem_set_id: int) -> str | None:
-    """Parse a large upload stored by the web process into its set; then validation is queued."""
-    problem_set = import_problem_set(problem_set_id)
-    return problem_set.import_status if problem_set else None
+import_upload = IMPORT_JOB.register(import_problem_set, outcome="import_status")
+"""Parse a large upload stored by the web process into its set; then validation is queued."""
 
 
 @app.task(name="problems.republish_pending_validations", ignore_result=True)

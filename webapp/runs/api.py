@@ -12,7 +12,7 @@ from ninja.errors import HttpError
 from ninja.responses import Status
 
 from sandbox.flags import FLAGS
-from training.config import ConfigError, json_schema
+from training.config import json_schema
 
 from webapp.core.queueing import QueuePlaceOut
 from webapp.problems.models import ProblemSet
@@ -22,7 +22,7 @@ from .archive import archive_extras
 from .checkpoints import resolve_checkpoint_dir, stream_tar_gz
 from .engines import engine_offers
 from .model_refs import WEB_DEFAULT_MODEL
-from .models import Checkpoint, Run, TransitionError
+from .models import Checkpoint, Run
 from .presets import presets
 from .rescore import rescore_run
 
@@ -293,10 +293,7 @@ def create_run(request: HttpRequest, payload: RunIn):
     if problem_set is None:
         return Status(400, {"detail": f"problem_set: no problem set {payload.problem_set} of yours",
                             "field": "problem_set"})
-    try:
-        run = services.create_run(user, payload.name, problem_set, payload.config)
-    except ConfigError as exc:
-        return Status(400, {"detail": str(exc), "field": exc.field})
+    run = services.create_run(user, payload.name, problem_set, payload.config)
     if run.enqueued is False:
         return Status(503, {"detail": f"run {run.pk} is saved and queued, but the task queue (Redis) is "
                                       "unreachable; it starts by itself once Redis is back",
@@ -347,19 +344,13 @@ def get_candidates(request: HttpRequest, run_id: int, problem_id: str,
 
 @router.post("/{int:run_id}/cancel", response={200: StatusOut, 409: Error}, summary="Cooperative stop")
 def cancel(request: HttpRequest, run_id: int):
-    try:
-        return Status(200, {"status": services.cancel_run(_run(request, run_id))})
-    except TransitionError as exc:
-        return Status(409, {"detail": str(exc)})
+    return Status(200, {"status": services.cancel_run(_run(request, run_id))})
 
 
 @router.post("/{int:run_id}/resume", response={200: StatusOut, 409: Error},
              summary="Continue a failed or cancelled run from its last checkpoint")
 def resume(request: HttpRequest, run_id: int):
-    try:
-        run = services.resume_run(_run(request, run_id))
-    except TransitionError as exc:
-        return Status(409, {"detail": str(exc)})
+    run = services.resume_run(_run(request, run_id))
     return Status(200, {"status": run.status})
 
 
@@ -396,10 +387,7 @@ def download_checkpoint(request: HttpRequest, run_id: int, checkpoint_id: int):
              summary="What-if: the stored candidates' rewards and group advantages under other reward weights")
 def rescore(request: HttpRequest, run_id: int, payload: RescoreIn):
     run = _run(request, run_id)
-    try:
-        return Status(200, rescore_run(run, payload.weights, payload.steps, payload.top))
-    except ConfigError as exc:
-        return Status(400, {"detail": str(exc), "field": exc.field})
+    return Status(200, rescore_run(run, payload.weights, payload.steps, payload.top))
 
 
 @presets_router.get("", response=list[PresetOut], summary="Named run configs for the new-run form")

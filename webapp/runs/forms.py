@@ -15,6 +15,7 @@ from django.conf import settings
 from training.config import (TURNS_NEED_CHAT, ConfigError, LostNumber, json_number, json_schema,
                              lost_number_message)
 
+from webapp.core.refusals import add_refusal
 from webapp.core.text import name_problem
 from webapp.problems.models import ProblemSet
 
@@ -309,10 +310,7 @@ class RunForm(forms.Form):
         try:
             self.config = validate_config(config, self.user)
         except ConfigError as exc:
-            if exc.field in self.fields:
-                self.add_error(exc.field, exc.message)
-            else:
-                self.add_error(None, str(exc))
+            add_refusal(self, exc)
         return cleaned
 
 

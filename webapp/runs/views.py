@@ -19,6 +19,7 @@ from training.config import ConfigError, RewardWeights
 
 from webapp.core.highlight import highlight_python
 from webapp.core.params import int_param
+from webapp.core.refusals import add_refusal
 from webapp.core.text import name_problem, text_problem
 from webapp.problems.models import ProblemSet
 
@@ -93,7 +94,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 run = services.create_run(request.user, form.cleaned_data["name"], form.cleaned_data["problem_set"],
                                           overrides)
             except ConfigError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                add_refusal(form, exc)
             else:
                 if run.enqueued is False:
                     messages.warning(request, f"Run {run.name} is queued, but the task queue (Redis) is "
