@@ -8,7 +8,7 @@ With the app up (``make run`` in another terminal)::
 logs in (the admin's password from ``$CRUCIBLE_DATA_DIR/admin-password.txt``, which ``make run``
 writes, or ``CRUCIBLE_PASSWORD``), launches two CPU demo runs of the preset's length on the demo problem set through the
 new-run form (the preset's learning rate and a quarter of it, so compare has something to show),
-waits for both to finish (one gpu worker runs them one after the other: about five minutes each on two cores),
+waits for both to finish (one gpu worker runs them one after the other: about six minutes each on two cores),
 then saves 1280×800 PNGs of the run page, the candidate inspector and compare into docs/screenshots/.
 
 Browser: Debian's Chromium through Playwright, as the browser tests use it. Chromium already encodes

@@ -24,7 +24,6 @@ from typing import Any
 
 CANDIDATE_KEYS = ("index", "reward", "rewards", "truncated", "overlong_penalty", "penalized_flags", "reward_normalized")
 RESULT_KEYS = ("status", "tests_passed", "tests_total", "flags")
-SUMMARIZED_KINDS = ("problem", "eval")
 
 
 def summarize(event: dict) -> dict:

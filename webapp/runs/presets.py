@@ -31,8 +31,9 @@ def presets() -> list[dict]:
             "name": "cpu-demo",
             "title": "CPU demo — tiny model",
             # The benchmark's 3 minutes leave out the web run's evaluations, checkpoints and page updates: a
-            # run started from the web page on 2 cores took 4 min 48 s (issue #24).
-            "description": "The ≈1M-parameter tiny model on CPU: about five minutes on 2 cores; watch held-out "
+            # run started from the web page on 2 cores took 4 min 48 s idle (issue #24), 6 min 14 s at load 4-5
+            # (2026-12-06, README).
+            "description": "The ≈1M-parameter tiny model on CPU: about six minutes on 2 cores; watch held-out "
                            "pass@1 rise.",
             "config": _cpu_demo_config(WEB_DEFAULT_MODEL),
         },
@@ -42,7 +43,7 @@ def presets() -> list[dict]:
             "description": "The tiny demo on Qwen3.5's architecture: three Gated DeltaNet (linear-attention) layers to "
                            "one full-attention layer, as in Qwen3.5-9B; the run page shows its layer mix and kernels. "
                            "The CPU demo's settings for 60 steps (its steps cost about twice a Qwen3 step: the "
-                           "linear-attention layers run transformers' PyTorch fallback on CPU): about three minutes.",
+                           "linear-attention layers run transformers' PyTorch fallback on CPU): about four minutes.",
             # Measured by benchmarks/learning_demo.py --arch qwen3_5 --steps 60: held-out pass@1
             # 0.38 -> 0.74 in about 3 minutes on 2 cores (RESULTS.md).
             "config": merge_config(_cpu_demo_config(TINY_QWEN3_5_MODEL),
