@@ -3,9 +3,10 @@
 
 Celery queues of model work (``gpu``, ``gpu_short``) hold tasks whose rows say what they are (a run, a
 probe, an evaluation: ``TrainerJob`` subclasses). Where a job stands is read off those rows, never off
-the broker: the jobs waiting on the same queue created before it are ahead of it (workers take tasks
-in the order they were published, and each job is published when its row is created or queued again),
-and the jobs running on that queue are what it waits for. Each app declares its kind of job once as a
+the broker: the jobs waiting on the same queue that were put on it before it are ahead of it (workers
+take tasks in the order they were published, and each job is published when its row is created or
+queued again: a resumed run goes behind the jobs queued meanwhile), and the jobs running on that queue
+are what it waits for. Each app declares its kind of job once as a
 ``Lane`` (in its ``AppConfig.ready``); this module imports no app.
 
 The queues' contract (``webapp.celery``): ``gpu`` is served by the gpu workers, one long job (a run) per
@@ -56,14 +57,17 @@ class Lane:
     kind: str
     """What a page calls such a job: ``run``, ``probe``, ``evaluation``."""
     model: type
-    """The job's ``TrainerJob`` subclass; its ``WAITING``/``SUPERVISED`` statuses say waiting and running,
-    its ``created`` field the order."""
+    """The job's ``TrainerJob`` subclass; its ``WAITING``/``SUPERVISED`` statuses say waiting and running."""
     queue: Callable[[], str]
     """The Celery queue its task is routed to (``DurableJob.queue``: ``CELERY_TASK_ROUTES`` decides)."""
     progress: Callable[[object], Progress]
     """How far a running job of this lane is."""
     owner_id: Callable[[object], int | None]
     """The user a job belongs to: a job is named (``run #12``) only to the owner of the job that waits."""
+    since: str = "created"
+    """The row's time field that says when the job was last put on its queue (its place in line, and how
+    long it has waited): ``created`` for a job that is queued once, ``queued`` for a run (a resume queues
+    it again)."""
 
 
 _LANES: dict[type, Lane] = {}
@@ -125,11 +129,12 @@ def place(job) -> dict | None:
     if lane is None or job.status not in lane.model.WAITING:
         return None
     queue = lane.queue()
+    since = getattr(job, lane.since)
     ahead = 0
     for other in lanes_on(queue):
-        earlier = Q(created__lt=job.created)
-        if other is lane:  # the same table: a row created in the same instant but numbered first is ahead
-            earlier |= Q(created=job.created, pk__lt=job.pk)
+        earlier = Q(**{f"{other.since}__lt": since})
+        if other is lane:  # the same table: a row queued in the same instant but numbered first is ahead
+            earlier |= Q(**{other.since: since, "pk__lt": job.pk})
         ahead += _waiting(other).filter(earlier).count()
     owner = lane.owner_id(job)
     running = [_describe(on, j, owner) for on, j in _running_jobs(queue)]
@@ -138,7 +143,7 @@ def place(job) -> dict | None:
     if queue == GPU_SHORT and not running:
         elsewhere = [_describe(on, j, owner) for on, j in _running_jobs(GPU)]
         elsewhere.sort(key=lambda r: (r["eta_s"] is None, r["eta_s"] or 0))
-    waited = max(0.0, (timezone.now() - job.created).total_seconds())
+    waited = max(0.0, (timezone.now() - since).total_seconds())
     result = {"position": ahead + 1, "running": len(running), "queue": queue,
               "served_by": SERVED_BY.get(queue, f"the workers of queue {queue}"), "ahead": ahead,
               "waiting_for": running, "busy_elsewhere": elsewhere, "waited_s": round(waited, 1)}

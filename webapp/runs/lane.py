@@ -27,4 +27,4 @@ def run_progress(run: Run) -> Progress:
 
 
 RUN_LANE = Lane(kind="run", model=Run, queue=lambda: route("runs.supervise"), progress=run_progress,
-                owner_id=lambda run: run.owner_id)
+                owner_id=lambda run: run.owner_id, since="queued")

@@ -61,6 +61,8 @@ class Run(TrainerJob):
                                       "automatically when a gpu worker starts")
     auto_resumes = models.IntegerField(default=0, help_text="resumes made automatically after worker shutdowns")
     created = models.DateTimeField(auto_now_add=True)
+    queued = models.DateTimeField(default=timezone.now, help_text="when the run was last put on the gpu queue "
+                                  "(created, or resumed): its place in line")
 
     objects = RunQuerySet.as_manager()
 
@@ -157,6 +159,7 @@ class Run(TrainerJob):
             if automatic and not run.auto_resume:
                 raise TransitionError(f"run {run.pk} is not waiting for an automatic resume")
             run.status, run.error, run.finished = Run.Status.QUEUED, "", None
+            run.queued = timezone.now()  # published again now: behind the jobs queued meanwhile
             run.resume_count += 1
             run.auto_resumes += automatic
             run.auto_resume = False

@@ -110,7 +110,7 @@ def _enqueue_on_commit(run: Run) -> None:
 
 
 def _queued_runs() -> Iterable[Pending]:
-    for pk, task_id in Run.objects.filter(status=Run.Status.QUEUED).order_by("created").values_list(
+    for pk, task_id in Run.objects.filter(status=Run.Status.QUEUED).order_by("queued", "pk").values_list(
             "pk", "celery_task_id"):
         yield Pending(pk, task_id, (pk,))
 

@@ -67,11 +67,23 @@ def test_a_run_without_a_pace_yet_is_waited_for_without_a_time(user, problem_set
 def test_a_run_first_in_line_that_no_worker_takes_says_who_should(user, problem_set):
     run = _queued(user, problem_set, "alone")
     assert queueing.place(run)["text"] == "1st in line on the gpu workers; waiting for a worker to take it"
-    Run.objects.filter(pk=run.pk).update(created=timezone.now() - timedelta(minutes=3))
+    Run.objects.filter(pk=run.pk).update(queued=timezone.now() - timedelta(minutes=3))
     run.refresh_from_db()
     assert queueing.place(run)["text"] == ("1st in line on the gpu workers; waiting for a worker to take it; none has "
                                            "for 3 min: is a gpu worker (`make run` starts one; compose: the "
                                            "worker-gpu service) running?")
+
+
+def test_a_resumed_run_goes_behind_the_runs_queued_meanwhile_and_has_waited_since_its_resume(user, problem_set):
+    first, second = _queued(user, problem_set, "first"), _queued(user, problem_set, "second")
+    Run.objects.filter(pk=first.pk).update(status="failed", queued=timezone.now() - timedelta(hours=2))
+    first.refresh_from_db()
+    first.requeue()
+    assert (queueing.place(second)["position"], queueing.place(first)["position"]) == (1, 2)
+    assert queueing.place(first)["waited_s"] < 60
+    # The sweep that publishes queued runs again publishes them in that order too.
+    from webapp.runs.services import RUN_JOB
+    assert [pending.args[0] for pending in RUN_JOB.pending()] == [second.pk, first.pk]
 
 
 def test_the_run_page_embeds_the_queue_place_and_its_line(client_alice, user, problem_set):
