@@ -58,10 +58,9 @@ class Event:
     definition names, kept so that reading and writing an event back loses nothing)."""
 
     KIND: ClassVar[str] = ""
-    LEGACY: ClassVar[dict[str, str]] = {}
-    """old wire name -> field, read when the field's own name is absent."""
     ALIASES: ClassVar[dict[str, str]] = {}
-    """extra wire name -> field, written with the field's value for readers of the old contract."""
+    """old wire name -> field: written with the field's value for readers of the old contract, and read when
+    the field's own name is absent (an event written before the rename)."""
 
     time: float | None = field(default=None, metadata={"type": "number"})
     extra: dict = field(default_factory=dict, metadata={"internal": True})
@@ -88,7 +87,7 @@ class Event:
     def from_dict(cls, raw: Mapping[str, Any]) -> "Event":
         values: dict[str, Any] = {}
         known = {"event"} | set(cls.ALIASES)
-        legacy = {name: old for old, name in cls.LEGACY.items()}
+        legacy = {name: old for old, name in cls.ALIASES.items()}
         for f in fields(cls):
             if f.metadata.get("internal"):
                 continue
@@ -108,7 +107,6 @@ class Event:
             choices = f.metadata.get("choices")
             if choices and values[f.name] is not None and values[f.name] not in choices:
                 raise EventError(f"{where} is {value!r}; valid: {', '.join(choices)}")
-        known |= set(cls.LEGACY)
         values["extra"] = {k: v for k, v in raw.items() if k not in known}
         return cls(**cls._derive(values, raw))
 
@@ -152,7 +150,6 @@ class Problem(Event):
     """One problem's group of a step: every candidate, and what the group told the update."""
 
     KIND: ClassVar[str] = "problem"
-    LEGACY: ClassVar[dict[str, str]] = {"pass_rate": "solve_rate", "pass_rate_turn1": "solve_rate_turn1"}
     ALIASES: ClassVar[dict[str, str]] = {"pass_rate": "solve_rate", "pass_rate_turn1": "solve_rate_turn1"}
     step: int = field(metadata={"type": "int"})
     problem_id: str = field(metadata={"type": "str"})

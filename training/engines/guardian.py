@@ -37,6 +37,7 @@ import sys
 import time
 
 OWNER_ENV = "CRUCIBLE_ENGINE_OWNER"
+"""In the environment of every process of a vLLM server's tree: its trainer's ``pid:start time``."""
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.5

@@ -33,15 +33,13 @@ from pathlib import Path
 
 from training.config import MAX_STOP_STRINGS
 from training.engines.base import EngineError
-from training.engines.guardian import descendants
+from training.engines.guardian import OWNER_ENV, descendants
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_ENV = "CRUCIBLE_VLLM_PYTHON"
 DEFAULT_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 START_TIMEOUT_S = float(os.environ.get("CRUCIBLE_VLLM_START_TIMEOUT_S", "600"))
 GUARDIAN = Path(__file__).resolve().parent / "guardian.py"
-OWNER_ENV = "CRUCIBLE_ENGINE_OWNER"
-"""In the environment of every process of a server's tree: its trainer's ``pid:start time``."""
 GRACE_S = 15.0
 """From SIGTERM to SIGKILL for the server's tree (vLLM closes its engine processes on SIGTERM)."""
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
