@@ -10,7 +10,8 @@ calls (docs/design.md "Experiment trackers"):
 - ``eval``: the held-out results at their step, as ``eval/<split>/pass@1``, ``eval/<split>/pass@<k>``
   (MLflow spells ``@`` as ``_at_``: its metric names allow no ``@``);
 - ``done``: the last checkpoint the run wrote (its Hugging Face files, not the optimizer state) as an
-  artifact where the tracker has artifacts (a W&B ``model`` artifact, MLflow run artifacts), then the
+  artifact where the tracker has artifacts (a W&B ``model`` artifact, MLflow run artifacts: hard links in
+  a file store inside the run's directory), then the
   tracker's run is closed with the run's status.
 
 Where each tracker's run is goes to ``RUN_DIR/trackers.json`` (``TRACKERS_FILE``; the web app links it from
@@ -28,6 +29,7 @@ import math
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -168,7 +170,7 @@ class Mlflow(Backend):
             for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
                 self.client.log_batch(run_id, params=params[i:i + 100])
             self.client.log_dict(run_id, start.config, "config.json")
-        self.run_id = run_id
+        self.run_id, self.store = run_id, store
         url = None if store else f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
         return {"tracking_uri": cfg.tracking_uri or f"file:{MLFLOW_STORE}", "store": _relative(store, self.run_dir)
                 if store else None, "experiment": cfg.experiment, "experiment_id": experiment_id,
@@ -183,8 +185,35 @@ class Mlflow(Backend):
             self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
 
     def artifact(self, checkpoint: Checkpoint, files: list[Path]) -> None:
-        for path in files:
-            self.client.log_artifact(self.run_id, str(path), f"checkpoint/{checkpoint.kind}")
+        where = f"checkpoint/{checkpoint.kind}"
+        linked = self._link_artifacts(files, where) if self.store else False
+        if not linked:
+            for path in files:
+                self.client.log_artifact(self.run_id, str(path), where)
+
+    def _link_artifacts(self, files: list[Path], where: str) -> bool:
+        """A file store in the run's directory gets the checkpoint's files as hard links, not copies (MLflow's
+        own ``log_artifact`` copies: a 9B model's exported checkpoint twice on the worker's disk); False, with
+        nothing left behind, where the filesystem cannot link them (then they are copied)."""
+        uri = self.client.get_run(self.run_id).info.artifact_uri
+        if not uri.startswith("file:"):
+            return False
+        target = Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path)) / where
+        if not target.resolve().is_relative_to(self.store):
+            return False
+        target.mkdir(parents=True, exist_ok=True)
+        made = []
+        try:
+            for path in files:
+                link = target / path.name
+                link.unlink(missing_ok=True)  # a resumed run's earlier checkpoint of this kind
+                os.link(path, link)
+                made.append(link)
+        except OSError:
+            for link in made:
+                link.unlink(missing_ok=True)
+            return False
+        return True
 
     def close(self, status: str) -> None:
         self.client.set_terminated(self.run_id, {"succeeded": "FINISHED", "cancelled": "KILLED"}.get(status, "FAILED"))

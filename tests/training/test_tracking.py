@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,10 @@ def test_a_run_with_every_tracker_writes_what_each_library_reads_back(tmp_path, 
     exported = sorted(p.name for p in (run / final["path"]).iterdir() if p.is_file())
     logged = sorted(Path(a.path).name for a in client.list_artifacts(record["run_id"], f"checkpoint/{final['kind']}"))
     assert logged == exported and "adapter_model.safetensors" in logged and "optimizer.pt" not in logged
+    # the file store inside the run's directory holds them as hard links to the checkpoint's files, not copies
+    artifacts = Path(urllib.parse.unquote(urllib.parse.urlparse(mlrun.info.artifact_uri).path))
+    for name in exported:
+        assert (artifacts / "checkpoint" / final["kind"] / name).samefile(run / final["path"] / name)
     assert "config.json" in {a.path for a in client.list_artifacts(record["run_id"])}
 
     # W&B: the offline run's transaction log, read by W&B's own reader
@@ -243,3 +248,45 @@ def test_resuming_continues_the_same_tracker_runs(tmp_path, no_network_trackers)
     ids = [re.fullmatch(r"offline-run-\d{8}_\d{6}-([a-z0-9]+)(?:-\d+)?", p.name)
            for p in (tmp_path / "wandb").glob("offline-run-*")]
     assert sorted(m[1] for m in ids if m) == [wandb_id] * 2
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard-links", "no-links"])
+def test_mlflow_file_store_holds_the_last_checkpoint_as_links_or_else_copies(tmp_path, no_network_trackers, monkeypatch,
+                                                                            links):
+    """In the file store inside the run's directory the exported files are hard links to the checkpoint's own
+    (a 9B export is not stored twice); a resumed run's later checkpoint replaces them; where the filesystem
+    cannot link, MLflow copies them as before."""
+    import os
+
+    from training.events import EventWriter, checkpoint_event, done_event, start_event
+
+    if not links:
+        def refuse(src, dst):
+            raise OSError(18, "Invalid cross-device link")
+        monkeypatch.setattr(os, "link", refuse)
+    from training.tracking import Tracker
+
+    cfg = config_from_dict({"tracking": {"mlflow": {}}})
+    for resumed_from, step in ((None, 1), (1, 2)):
+        checkpoint = tmp_path / "checkpoints" / f"step-{step}"
+        (checkpoint / "training_state").mkdir(parents=True)
+        (checkpoint / "adapter_model.safetensors").write_bytes(b"weights %d" % step)
+        (checkpoint / "adapter_config.json").write_text("{}")
+        (checkpoint / "training_state" / "optimizer.pt").write_bytes(b"state")
+        with EventWriter(tmp_path / "events.jsonl") as events:
+            tracker = Tracker(cfg, tmp_path, events.write)
+            events.observers.append(tracker.observe)
+            events.write(start_event(config_to_dict(cfg), "tiny", steps=2, runtime={}, resumed_from=resumed_from))
+            events.write(checkpoint_event(step, f"checkpoints/step-{step}", "adapter"))
+            events.write(done_event("cancelled" if step == 1 else "succeeded"))
+    assert [e for e in read_events(tmp_path / "events.jsonl") if e["event"] == "warning"] == []
+    from mlflow.tracking import MlflowClient
+
+    run_id = read_trackers(tmp_path)["mlflow"]["run_id"]
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    assert sorted(Path(a.path).name for a in client.list_artifacts(run_id, "checkpoint/adapter")) == [
+        "adapter_config.json", "adapter_model.safetensors"]
+    artifacts = Path(urllib.parse.unquote(urllib.parse.urlparse(client.get_run(run_id).info.artifact_uri).path))
+    stored = artifacts / "checkpoint" / "adapter" / "adapter_model.safetensors"
+    assert stored.read_bytes() == b"weights 2"
+    assert stored.samefile(tmp_path / "checkpoints" / "step-2" / "adapter_model.safetensors") is links
