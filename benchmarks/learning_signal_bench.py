@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sandbox.formats import load_problems
 
-    train_problems = sum(p.split == "train" for p in load_problems(args.problems).problems)
+    train_problems = sum(p.split == "train" and not p.excluded for p in load_problems(args.problems).problems)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="learning-signal-") as tmp:
         model, build = tiny_model(args, Path(tmp), "learning-signal")

@@ -524,7 +524,7 @@ def measure_pass_rates(model_dir: str | Path, problems_file: str | Path, samples
     out = {}
     with Runner(workers=2) as runner:
         for split in ("train", "heldout"):
-            subset = [p for p in problems if p.split == split]
+            subset = [p for p in problems if p.split == split and not p.excluded]
             if subset:
                 r = evaluate(model, tokenizer, subset, SamplingConfig(), samples=samples, ks=[1], runner=runner)
                 out[split] = {"pass@1": round(r["pass@1"], 4), "tests": round(r["mean_test_pass_rate"], 4),

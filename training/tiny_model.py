@@ -231,12 +231,12 @@ def completion_of(problem: Any) -> str | None:
 def warmup_examples(problems: Sequence[Any], runner: BatchRunner, *, seed: int = 0,
                     correct_copies: int = CORRECT_COPIES,
                     wrong_per_problem: int = WRONG_PER_PROBLEM) -> tuple[list[tuple[str, str]], dict]:
-    """(prompt, completion) pairs: each train problem's body ``correct_copies`` times plus up to
+    """(prompt, completion) pairs: each included train problem's body ``correct_copies`` times plus up to
     ``wrong_per_problem`` distinct variants that the runner confirms fail the tests."""
     from sandbox import Candidate
 
     rng = random.Random(seed)
-    usable = [(p, body) for p in problems if p.split == "train" and p.kind == "function"
+    usable = [(p, body) for p in problems if p.split == "train" and p.kind == "function" and not p.excluded
               for body in [completion_of(p)] if body is not None]
     variants = [(p, v) for p, body in usable for v in corruptions(body)]
     results = runner.run_batch({p.id: p for p, _ in usable},

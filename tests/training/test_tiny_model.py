@@ -1,5 +1,6 @@
 """The tiny demo model: Qwen3 architecture, Qwen-style tokenizer, warm start on right and wrong bodies."""
 
+import dataclasses
 import json
 
 import pytest
@@ -126,6 +127,11 @@ def test_warmup_examples_mix_right_bodies_with_wrong_ones_that_really_fail(probl
             for t in PROBLEMS[1]["tests"]:
                 exec(t, ns)
     assert stats["problems"] == 2 and stats["variants_failing"] <= stats["variants_tried"]
+    # an excluded train problem is not warmed up on either
+    kept = [dataclasses.replace(p, excluded=True) if p.prompt == PROBLEMS[1]["prompt"] else p for p in problems]
+    with Runner(workers=2) as runner:
+        examples, stats = warmup_examples(kept, runner, correct_copies=1, wrong_per_problem=0)
+    assert stats["problems"] == 1 and all(prompt != PROBLEMS[1]["prompt"] for prompt, _ in examples)
 
 
 def test_a_short_warm_start_lowers_the_loss_and_saves_a_loadable_model(problem_file, tmp_path):

@@ -1,7 +1,8 @@
 """The engine server's parent: it ends the server's whole process tree when its trainer is gone.
 
 Run by ``VLLMServer.start`` as ``python -I guardian.py FD OWNER_PID GRACE_S -- SERVER_ARGS...`` (stdlib
-only: it is a script, not imported with the ``training`` package). The trainer keeps the write end of a
+only, since it runs as a script in isolated mode; ``vllm_server`` also imports it for ``descendants`` and
+``OWNER_ENV``, and importing it starts nothing). The trainer keeps the write end of a
 pipe whose read end is ``FD`` here and never writes to it, so the read end turns readable (EOF) the
 moment the trainer is gone, however it went: SIGKILL included, from whichever thread. The tie is in
 place before the server can run:

@@ -61,11 +61,13 @@ def upgrade_hint() -> str:
     root = settings.BASE_DIR
     old = f"{tempfile.gettempdir()}/crucible-{BEFORE_SQUASH}"
     environment = f"CRUCIBLE_DATA_DIR={shlex.quote(str(settings.DATA_DIR))}"
+    python = shlex.quote(sys.executable)
     return (
         f"Migrate it first with the code from before the squash (commit {BEFORE_SQUASH}), with the same "
-        f"DATABASE_URL and DJANGO_SETTINGS_MODULE as here, then migrate here again:\n"
+        f"DATABASE_URL and DJANGO_SETTINGS_MODULE as here and from the same directory (a relative sqlite path "
+        f"in DATABASE_URL is read from it), then migrate here again:\n"
         f"  git -C {shlex.quote(str(root))} worktree add {shlex.quote(old)} {BEFORE_SQUASH}\n"
-        f"  cd {shlex.quote(old)} && {environment} {shlex.quote(sys.executable)} manage.py migrate\n"
-        f"  cd {shlex.quote(str(root))} && git worktree remove {shlex.quote(old)} && "
-        f"{shlex.quote(sys.executable)} manage.py migrate   (or make run)\n"
+        f"  {environment} {python} {shlex.quote(old + '/manage.py')} migrate\n"
+        f"  git -C {shlex.quote(str(root))} worktree remove {shlex.quote(old)} && "
+        f"{python} {shlex.quote(str(root / 'manage.py'))} migrate   (or make run)\n"
         "docs/design.md, \"Migrations\", says why.")

@@ -44,6 +44,15 @@ def brings_heldout(ps: ProblemSet) -> bool:
     return ps.heldout_share is None and ps.problems.filter(split="heldout").exists()
 
 
+def own_split_words(ps: ProblemSet) -> str:
+    """``3 problems``, or ``3 problems, 3 of them excluded: include them again to evaluate on them``: the file's
+    held-out split, counted with its excluded problems."""
+    heldout = ps.problems.filter(split="heldout")
+    excluded = heldout.filter(excluded=True).count()
+    return f"{heldout.count()} problems" + (f", {excluded} of them excluded: include them again to evaluate on them"
+                                            if excluded else "")
+
+
 def apply_heldout_share(ps: ProblemSet, rows: list[Problem]) -> None:
     """Set the splits of ``rows`` fresh from a file (``split`` and ``data["split"]``; the caller saves them) from
     the set's chosen share. A file that brings held-out problems keeps its splits, and the set forgets the share."""
@@ -63,7 +72,7 @@ def set_heldout_share(ps: ProblemSet, share: float, seed: int = 0) -> ProblemSet
         if locked.import_status != ProblemSet.Import.DONE:
             raise CurationError(f"the set's import is {locked.import_status}: choose a held-out share once it is done")
         if brings_heldout(locked):
-            raise CurationError(f"the set's file brings its own held-out split ({locked.heldout_count} problems); "
+            raise CurationError(f"the set's file brings its own held-out split ({own_split_words(locked)}); "
                                 "change it in the file and upload it again")
         locked.choose_heldout(share, seed)
         locked.resplit(heldout_ids(locked.problems.values_list("problem_id", flat=True), share, seed))

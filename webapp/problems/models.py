@@ -303,8 +303,10 @@ class ProblemSet(LockedRow, models.Model):
 
     @property
     def split_choosable(self) -> bool:
-        """A held-out share may be chosen: the file brought no held-out split (or the share is the user's)."""
-        return self.heldout_share is not None or self.heldout_count == 0
+        """A held-out share may be chosen: the file brought no held-out split (or the share is the user's). Its
+        held-out problems count while excluded too: including them again brings the split back."""
+        return self.heldout_share is not None or (
+            self.heldout_count == 0 and not self.problems.filter(split="heldout").exists())
 
     @property
     def importing(self) -> bool:

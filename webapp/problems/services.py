@@ -230,14 +230,15 @@ def _store_problems(problem_set: ProblemSet, problems: Iterable) -> None:
     holds it, not `data` (``Problem.to_sandbox`` puts it back), so ``set_excluded`` has one thing to change."""
     problem_set.problems.all().delete()
     rows = [Problem(problem_set=problem_set, position=i, problem_id=db_safe(p.id), split=p.split, kind=p.kind,
-                    tags=db_safe(list(p.tags)), data=db_safe(_row_data(p)), excluded=p.excluded)
+                    tags=db_safe(list(p.tags)), data=db_safe(row_data(p)), excluded=p.excluded)
             for i, p in enumerate(problems)]
     curation.apply_heldout_share(problem_set, rows)  # a held-out share chosen at upload, for a file with none
     Problem.objects.bulk_create(rows, batch_size=500)
     problem_set.refresh_counts()
 
 
-def _row_data(problem) -> dict:
+def row_data(problem) -> dict:
+    """What a problem row's ``data`` holds of sandbox ``problem``: all but ``excluded`` (the row's column)."""
     data = problem.to_dict()
     data.pop("excluded", None)
     return data

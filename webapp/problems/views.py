@@ -55,8 +55,9 @@ def _problem_set_list(request: HttpRequest) -> HttpResponse:
                 heldout=form.heldout())
             if problem_set is not None and form.heldout() and not problem_set.importing \
                     and problem_set.heldout_share is None:
-                messages.warning(request, f"The file brings its own held-out split ({problem_set.heldout_count} "
-                                          "problems): the held-out share was not applied.")
+                messages.warning(request, f"The file brings its own held-out split "
+                                          f"({curation.own_split_words(problem_set)}): the held-out share was not "
+                                          "applied.")
             if problem_set is not None and problem_set.importing:
                 messages.info(request, "Uploaded. The file is large, so a sandbox worker imports it; this page "
                                        "follows its progress, and validation starts when it is done.")

@@ -74,6 +74,19 @@ def test_a_file_with_its_own_held_out_split_keeps_it(client_alice):
     assert 'id="heldout-form"' not in client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
 
 
+def test_a_file_whose_held_out_problems_are_all_excluded_still_brings_its_split_and_says_so(client_alice):
+    lines = [json.loads(line) for line in problem_lines(3, 1).splitlines()]
+    lines[-1]["excluded"] = True  # an export of a set whose one held-out problem the user excluded
+    r = _upload(client_alice, jsonl(*lines))
+    ps = ProblemSet.objects.get(pk=r.json()["id"])
+    assert (ps.train_count, ps.heldout_count, ps.excluded_count) == (3, 0, 1)
+    assert 'id="heldout-form"' not in client_alice.get(f"/problem-sets/{ps.pk}/").content.decode()
+    r = client_alice.post(f"/api/problem-sets/{ps.pk}/heldout", {"share": 0.5}, content_type="application/json")
+    assert r.status_code == 409
+    assert ("brings its own held-out split (1 problems, 1 of them excluded: include them again to evaluate on them)"
+            in r.json()["detail"])
+
+
 def test_a_share_out_of_range_is_refused_naming_the_range(client_alice, user):
     r = _upload(client_alice, problem_lines(4, 0), heldout_share="0.95")
     assert r.status_code == 400 and "between 0 and 0.9" in r.json()["detail"]

@@ -38,6 +38,18 @@ def test_load_demo_creates_the_set_then_leaves_it_unchanged_then_refreshes_it_in
     assert list(ps.problems.values_list("problem_id", flat=True)) == ["add", "echo-sum", "wrong-ref"]
 
 
+def test_a_demo_file_with_excluded_problems_is_left_unchanged_and_the_users_exclusions_are_kept(admin, tmp_path):
+    demo = tmp_path / "problems.jsonl"
+    demo.write_bytes(jsonl({**GOOD, "excluded": True}, ECHO))
+    assert "created" in load_demo("--file", str(demo))
+    ps = ProblemSet.objects.get(name="Demo problems")
+    assert list(ps.problems.values_list("problem_id", "excluded")) == [("add", True), ("echo-sum", False)]
+    assert "unchanged" in load_demo("--file", str(demo))
+    ps.problems.filter(problem_id="echo-sum").update(excluded=True)  # the user's own curation of the demo set
+    assert "unchanged" in load_demo("--file", str(demo))
+    assert list(ps.problems.values_list("excluded", flat=True)) == [True, True]
+
+
 def test_load_demo_sync_validates_in_process(admin, tmp_path):
     demo = tmp_path / "problems.jsonl"
     demo.write_bytes(jsonl(GOOD, WRONG))
