@@ -16,6 +16,7 @@ one row's id, its task id ``<prefix>-<id>``, is a ``RowJob``.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -70,6 +71,7 @@ class DurableJob:
         def body(*args, **kwargs) -> str | None:
             row = service(*args, **kwargs)
             return getattr(row, outcome) if row is not None else None
+        body.__signature__ = inspect.signature(service)  # Celery checks a call's arguments against it
         return self.task(**options)(body)
 
     def publish(self, *args, task_id: str) -> bool:
