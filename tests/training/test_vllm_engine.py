@@ -591,3 +591,39 @@ def test_a_server_that_dies_mid_run_fails_the_run_with_its_log_tail(tmp_path, ru
     assert done["event"] == "done" and done["status"] == "failed"
     assert "vLLM server" in done["error"] and "engine/vllm.log" in done["error"]
     assert _gone(marker, 60), f"vLLM processes left after the server died: {_vllm_processes(marker)}"
+
+
+def test_runs_sharing_a_listed_server_each_sample_their_own_adapter_and_take_it_off_when_done(
+        engine, policy, wide_qwen3_5, tmp_path):
+    """Two runs on one server given by ``vllm.url`` (the web app's CRUCIBLE_VLLM_URLS): each serves its adapter
+    under a name of its own, so a sync of one never replaces what the other samples; closing takes it off."""
+    from training.config import ModelConfig
+    from training.engines import make_engine
+    from training.policy import load_policy
+
+    engine.sync(policy.model)  # the module's engine samples ``policy`` as it stands now
+    torch.manual_seed(2)
+    other = load_policy(ModelConfig(name_or_path=str(wide_qwen3_5)), kl_coef=0.0)
+    for name, w in other.model.named_parameters():
+        if "lora_B" in name:
+            w.data.normal_(0.0, 0.3)
+    cfg = tiny_run_config(wide_qwen3_5, Path("unused.jsonl"), sampling={"engine": "vllm"},
+                          vllm={"url": engine.url, "sync": "adapter"})
+    theirs = make_engine(cfg, other.model, other.tokenizer, run_dir=tmp_path / "other", max_prompt_tokens=1000)
+    name = theirs.model_name
+    try:
+        assert name.startswith("policy-") and name != engine.model_name
+        theirs.sync(other.model)  # a second version, loaded in place under its own name
+        prompt = policy.tokenizer("def add(a, b):\n")["input_ids"]
+        target = policy.tokenizer("    return a + b\n")["input_ids"]
+        ids = torch.tensor([prompt + target])
+        for eng, model in ((engine, policy.model), (theirs, other.model)):
+            served = _vllm_sequence_logprobs(eng, prompt, target)
+            with torch.no_grad():
+                expected = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float().log_softmax(-1)
+            expected = expected.gather(-1, torch.tensor(target)[:, None]).squeeze(-1)
+            assert (served - expected).abs().max() < 0.15 and (served - expected).abs().mean() < 0.05
+    finally:
+        theirs.close()
+    models = {m["id"] for m in json.loads(urllib.request.urlopen(engine.url + "/v1/models", timeout=30).read())["data"]}
+    assert name not in models and engine.model_name in models and engine.server.alive()

@@ -12,7 +12,8 @@ straight away (the completions that came back together as one piece: one sandbox
 prompt's KV is computed once per prompt through vLLM's prefix cache.
 
 The policy (``vllm.sync``): the base model is loaded once, then after every optimizer step ``sync``
-either saves the LoRA adapter and hot-loads it under the name ``policy`` (``adapter``:
+either saves the LoRA adapter and hot-loads it under the name ``policy`` (``policy-<id>`` on a server given
+by ``vllm.url``, which other runs may share; unloaded when the engine closes) (``adapter``:
 ``/v1/load_lora_adapter``, a new directory per version, so the prefix cache never serves a prompt's KV
 from an older adapter), or writes the policy's weights with the adapter folded in and has the server
 reload them in place (``weights``: ``/collective_rpc reload_weights``; every request then carries the
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -69,7 +71,11 @@ class VLLMEngine:
         self.server = server
         self.dtype = dtype
         self.base_name = base_name
-        self.model_name = base_name  # ``policy`` once an adapter is loaded
+        self.model_name = base_name  # ``adapter_name`` once an adapter is loaded
+        self.adapter_name = ADAPTER_NAME if server is not None else f"{ADAPTER_NAME}-{uuid.uuid4().hex[:12]}"
+        """The name the policy's adapter is served under: ``policy`` on the run's own server; on a server given by
+        ``vllm.url``, which other runs may share, a name of this engine's own, so that no run replaces another's
+        adapter (a fixed name is loaded in place: the last run to sync would sample for all of them)."""
         self.adapter_version = 0
         self.sync_mode = sync_mode
         self.weights_dir = weights_dir if weights_dir is not None else adapter_dir.parent / "weights"
@@ -80,9 +86,9 @@ class VLLMEngine:
         prefill is split across steps, which CPU generators cannot do ('CPU Generator does not use offset' kills
         the engine), so a CPU server samples from its own seeded stream and candidates are not repeatable there."""
         self.max_stops = max_stops
+        """Stop strings sent per request (vLLM ends a sequence at them; more than the server takes is a 400)."""
         self.sync_why = ""
         """Why the run syncs by ``sync_mode`` (``sync_reason``), shown in the runtime block."""
-        """Stop strings sent per request (vLLM ends a sequence at them; more than the server takes is a 400)."""
         self._pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="vllm-request")
 
     # ------------------------------------------------------------------------------------ sampling
@@ -195,9 +201,9 @@ class VLLMEngine:
 
     def load_adapter(self, path: str | Path) -> None:
         """Sample through the PEFT adapter in ``path`` from now on (replacing the one loaded before)."""
-        self._post("/v1/load_lora_adapter", {"lora_name": ADAPTER_NAME, "lora_path": str(path),
-                                             "load_inplace": self.model_name == ADAPTER_NAME}, raw=True)
-        self.model_name = ADAPTER_NAME
+        self._post("/v1/load_lora_adapter", {"lora_name": self.adapter_name, "lora_path": str(path),
+                                             "load_inplace": self.model_name == self.adapter_name}, raw=True)
+        self.model_name = self.adapter_name
 
     def describe(self) -> dict:
         return {"name": self.name, "version": version(self.url), "url": self.url, "dtype": self.dtype,
@@ -207,14 +213,21 @@ class VLLMEngine:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self.server is not None:
             self.server.stop()
+        elif self.model_name == self.adapter_name:  # a shared server: take this run's adapter off it
+            try:
+                self._post("/v1/unload_lora_adapter", {"lora_name": self.adapter_name}, raw=True, timeout=30.0)
+            except EngineError:
+                pass  # the server is gone or refuses: nothing of this run is left to sample from either way
+            self.model_name = self.base_name
 
     # -------------------------------------------------------------------------------------- http
 
-    def _post(self, path: str, body: dict, raw: bool = False, missing: str | None = None) -> Any:
+    def _post(self, path: str, body: dict, raw: bool = False, missing: str | None = None,
+              timeout: float = REQUEST_TIMEOUT_S) -> Any:
         data = json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 out = resp.read()
         except urllib.error.HTTPError as e:
             if e.code == 404 and missing:

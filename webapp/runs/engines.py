@@ -1,7 +1,8 @@
 """Whether a run's generation engine can run here, checked when the run is created (not minutes later in
 the worker): ``sampling.engine: vllm`` needs the engine environment on this host, or a ``vllm.url`` that
 the operator lists in ``CRUCIBLE_VLLM_URLS`` (a web user never points the trainer at an address of their
-choosing: the trainer would send it requests and adapter paths)."""
+choosing: the trainer would send it requests and adapter paths). A listed server is shared: a run on it loads its
+LoRA adapter under a name of its own, and may not reload the server's weights (``vllm.sync: weights``)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -18,6 +19,15 @@ def check_engine(full: dict) -> None:
         listed = ", ".join(settings.VLLM_URLS) or "none are listed"
         raise ConfigError("vllm.url", f"must be one of the vLLM servers this deployment offers (CRUCIBLE_VLLM_URLS: "
                                       f"{listed}); leave it null to let the run start its own server")
+    if url is not None and full["sampling"]["engine"] == "vllm":
+        sync = (full.get("vllm") or {}).get("sync", "auto")
+        full_finetune = (full.get("model") or {}).get("lora") is None
+        if sync == "weights" or (sync == "auto" and full_finetune):
+            why = "vllm.sync: weights" if sync == "weights" else "a full fine-tune (model.lora null) syncs by weights"
+            raise ConfigError("vllm.sync", f"{why}: it would reload the whole model of the listed server {url}, "
+                                           "which other runs sample from too; a run on a listed server syncs its "
+                                           "LoRA adapter (vllm.sync: adapter), or leave vllm.url null for a server "
+                                           "of the run's own")
     if full["sampling"]["engine"] != "vllm" or url is not None:
         return
     reason = unavailable_reason()

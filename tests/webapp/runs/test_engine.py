@@ -40,6 +40,21 @@ def test_vllm_url_is_only_a_server_the_operator_lists(client_alice, problem_set,
     assert r.status_code == 400 and "vllm.url" in json.dumps(r.json())
 
 
+def test_a_run_on_a_listed_server_may_not_reload_its_weights_which_other_runs_share(client_alice, problem_set,
+                                                                                     settings):
+    settings.VLLM_URLS = ["http://10.0.0.7:8000"]
+    config = {**TINY_OVERRIDES, "sampling": {"engine": "vllm"}, "vllm": {"url": "http://10.0.0.7:8000",
+                                                                           "sync": "weights"}}
+    r = _post(client_alice, problem_set, config)
+    assert r.status_code == 400 and "vllm.sync" in json.dumps(r.json())
+    assert "other runs sample from too" in json.dumps(r.json())
+    r = _post(client_alice, problem_set, {**config, "model": {"lora": None}, "vllm": {"url": "http://10.0.0.7:8000"}})
+    assert r.status_code == 400 and "a full fine-tune (model.lora null) syncs by weights" in json.dumps(r.json())
+    assert not Run.objects.exists()
+    assert _post(client_alice, problem_set, {**config, "vllm": {"url": "http://10.0.0.7:8000",
+                                                                "sync": "adapter"}}).status_code == 201
+
+
 def test_a_full_fine_tune_on_vllm_by_adapter_is_refused_naming_vllm_sync(client_alice, problem_set):
     config = {**TINY_OVERRIDES, "sampling": {"engine": "vllm"}, "model": {"lora": None}, "vllm": {"sync": "adapter"}}
     r = _post(client_alice, problem_set, config)
