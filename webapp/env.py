@@ -151,6 +151,11 @@ VARIABLES: dict[str, Variable] = {
         "comma-separated MLflow tracking servers a web user may name as `tracking.mlflow.tracking_uri` (the worker "
         "sends its `MLFLOW_TRACKING_*` credentials there; unset: web runs log to MLflow only in a file store in "
         "their own directory)", []),
+    "CRUCIBLE_WANDB_ENTITIES": Variable(
+        "comma-separated W&B entities (teams or users) a web run may stream to with `tracking.wandb.mode: online`, "
+        "naming one as `tracking.wandb.entity` (the worker's `WANDB_API_KEY` writes there, and every tenant may "
+        "write to a listed entity's projects; unset: web runs log to W&B offline only, in their own directory)",
+        []),
     "CRUCIBLE_TENSORBOARD_URL": Variable(
         "where the run page links a run's TensorBoard files (`make tensorboard` serves every run there)",
         "http://127.0.0.1:6006"),

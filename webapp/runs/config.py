@@ -3,8 +3,8 @@
 A run config sent to the web app (the form, ``POST /api/runs``, a preset, a clone) is a partial config
 merged over ``default_config()`` and checked by ``training.config`` (a ``ConfigError`` names the dotted
 field) plus what only the web checks: the model is a name the user may use (``model_refs``), the
-sandbox endpoints are this server's, the engine can run here, and ``difficulty.probe`` names a probe
-(``probe:<id>``), never a path. This module, ``presets`` and ``model_refs`` are the run-config layer:
+sandbox endpoints, MLflow servers and online W&B entities are this server's, the engine can run here, and
+``difficulty.probe`` names a probe (``probe:<id>``), never a path. This module, ``presets`` and ``model_refs`` are the run-config layer:
 they import nothing of the services, the supervisor or the problems app, which all build on them.
 """
 from __future__ import annotations
@@ -64,6 +64,7 @@ def validate_config(config: dict, user) -> dict:
                                             "your run as run:<id>/step-<n>; leave model.adapters out")
     check_sandbox_endpoints(full["sandbox"]["endpoints"])
     check_tracking_server(full["tracking"]["mlflow"])
+    check_wandb_entity(full["tracking"]["wandb"])
     resolve_model(full["model"]["name_or_path"], user)
     check_engine(full)
     return full
@@ -82,6 +83,23 @@ def check_tracking_server(mlflow: dict | None) -> None:
         raise ConfigError("tracking.mlflow.tracking_uri", f"{uri} is not one of this server's MLflow tracking servers "
                                                           f"({listed}); leave it empty for a file store in the run's "
                                                           "directory")
+
+
+def check_wandb_entity(wandb: dict | None) -> None:
+    """A web run streams to W&B (``mode: online``) only into an entity the operator lists (CRUCIBLE_WANDB_ENTITIES,
+    comma-separated), named as ``entity``: the worker's WANDB_API_KEY writes there, and without the list a tenant
+    could write into any project the key reaches, another tenant's included. Offline is always allowed."""
+    if not wandb or wandb.get("mode") != "online":
+        return
+    allowed = env.read("CRUCIBLE_WANDB_ENTITIES")
+    if wandb.get("entity") in allowed:
+        return
+    if not allowed:
+        raise ConfigError("tracking.wandb.mode", "online W&B is not offered by this server (CRUCIBLE_WANDB_ENTITIES "
+                                                 "is unset): use mode: offline, and `wandb sync` the run's files "
+                                                 "with your own key")
+    raise ConfigError("tracking.wandb.entity", f"{wandb.get('entity')!r} is not one of this server's W&B entities "
+                                               f"({', '.join(allowed)}); name one of them, or use mode: offline")
 
 
 def check_sandbox_endpoints(endpoints: list) -> None:

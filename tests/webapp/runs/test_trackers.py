@@ -93,8 +93,28 @@ def test_the_run_page_links_each_trackers_run_and_shows_a_dropped_one(client_ali
     assert "⚠ MLflow logging failed and is off: ConnectionError" in html
 
 
-def test_a_link_is_only_ever_an_http_url(client_alice, user, problem_set):
-    run = make_run(user, "tracked", problem_set, overrides={"tracking": {"wandb": {"mode": "online"}}})
+def test_online_wandb_streams_only_into_an_entity_this_server_lists(client_alice, problem_set, monkeypatch):
+    """The worker's WANDB_API_KEY writes wherever a run streams: a web user may not choose another tenant's entity."""
+    data = form_data(problem_set, **{"tracking.wandb": "on", "tracking.wandb.project": "mine",
+                                     "tracking.wandb.mode": "online", "tracking.wandb.entity": "their-team"})
+    monkeypatch.delenv("CRUCIBLE_WANDB_ENTITIES", raising=False)
+    errors = client_alice.post("/runs/new", data).context["form"]["tracking.wandb.mode"].errors
+    assert "online W&B is not offered by this server" in errors[0] and "mode: offline" in errors[0]
+    monkeypatch.setenv("CRUCIBLE_WANDB_ENTITIES", "our-team")
+    errors = client_alice.post("/runs/new", data).context["form"]["tracking.wandb.entity"].errors
+    assert "'their-team' is not one of this server's W&B entities (our-team)" in errors[0]
+    assert not Run.objects.exists()
+    data["tracking.wandb.entity"] = "our-team"
+    assert client_alice.post("/runs/new", data).status_code == 302
+    data["tracking.wandb.mode"], data["tracking.wandb.entity"] = "offline", "their-team"  # files in the run's own dir
+    assert client_alice.post("/runs/new", data).status_code == 302
+    assert [r.config["tracking"]["wandb"]["mode"] for r in Run.objects.order_by("pk")] == ["online", "offline"]
+
+
+def test_a_link_is_only_ever_an_http_url(client_alice, user, problem_set, monkeypatch):
+    monkeypatch.setenv("CRUCIBLE_WANDB_ENTITIES", "our-team")
+    run = make_run(user, "tracked", problem_set,
+                   overrides={"tracking": {"wandb": {"mode": "online", "entity": "our-team"}}})
     run.path.mkdir(parents=True, exist_ok=True)
     (run.path / "trackers.json").write_text(json.dumps({"wandb": {
         "mode": "online", "run_id": "x", "dir": "wandb/run-x", "url": "javascript:alert(1)"}}))
