@@ -157,7 +157,8 @@ VARIABLES: dict[str, Variable] = {
         "write to a listed entity's projects; unset: web runs log to W&B offline only, in their own directory)",
         []),
     "CRUCIBLE_TENSORBOARD_URL": Variable(
-        "where the run page links a run's TensorBoard files (`make tensorboard` serves every run there)",
+        "where the run page links a run's TensorBoard files (`make tensorboard` serves every run there, every "
+        "tenant's, with no login: keep it where only the operator reaches it)",
         "http://127.0.0.1:6006"),
     "CRUCIBLE_SANDBOX_BACKEND": Variable(
         "sandbox backend of problem-set validation when it runs on a local pool", "process"),

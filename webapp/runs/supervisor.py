@@ -339,9 +339,10 @@ def fail_lost_runs() -> list[int]:
 
 
 def resume_interrupted_runs() -> list[int]:
-    """Resume the runs a gpu worker shutdown stopped (called when a gpu worker starts); their ids."""
+    """Resume the runs a gpu worker shutdown stopped (called when a gpu worker starts); their ids. They go back
+    in line in the order they were queued before (``queued``), not newest first."""
     resumed = []
-    for run in Run.objects.filter(status=Run.Status.FAILED, auto_resume=True):
+    for run in Run.objects.filter(status=Run.Status.FAILED, auto_resume=True).order_by("queued", "pk"):
         try:
             services.resume_run(run, automatic=True)
         except TransitionError:  # resumed by hand (or by another worker) meanwhile

@@ -17,7 +17,7 @@ from webapp.runs.services import cancel_run
 from webapp.core.trainer_process import pid_alive, trainer_env
 from webapp.runs.supervisor import fail_lost_runs, supervise_run, trainer_command
 
-from tests.factories import ROOT, step_event, write_events
+from tests.factories import ROOT, TINY_OVERRIDES, step_event, write_events
 from tests.webapp.conftest import wait_for
 
 pytestmark = pytest.mark.e2e  # the supervisor starts (scripted) trainer subprocesses
@@ -306,6 +306,20 @@ def test_a_worker_shutdown_records_the_checkpoint_and_the_run_resumes_when_a_gpu
     run.refresh_from_db()
     assert run.status == "queued" and run.resume_count == 1 and run.auto_resumes == 1 and not run.auto_resume
     assert resume_interrupted_runs() == []  # once
+
+
+def test_runs_a_shutdown_stopped_together_go_back_in_line_in_their_old_order(user, problem_set, monkeypatch):
+    from webapp.core import queueing
+    from webapp.runs import services
+    from webapp.runs.supervisor import resume_interrupted_runs
+
+    monkeypatch.setattr(services, "enqueue_run", lambda r: None)
+    first, second, third = (services.create_run(user, name, problem_set, TINY_OVERRIDES) for name in "abc")
+    for minutes, run in ((30, first), (20, second), (10, third)):  # queued in that order, long ago
+        Run.objects.filter(pk=run.pk).update(status="failed", auto_resume=True,
+                                             queued=timezone.now() - timedelta(minutes=minutes))
+    assert resume_interrupted_runs() == [first.pk, second.pk, third.pk]
+    assert [queueing.place(Run.objects.get(pk=r.pk))["position"] for r in (first, second, third)] == [1, 2, 3]
 
 
 def test_a_run_the_user_resumed_by_hand_is_not_resumed_again(run, monkeypatch):
