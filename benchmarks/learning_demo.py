@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 if engine != "hf":  # what auto resolves to for a server of the run's own here
                     import torch
 
-                    from training.engines.vllm import resolve_sync
+                    from training.engines.vllm_sync import resolve_sync
 
                     sync = resolve_sync(run_cfg.get("vllm", {}).get("sync", "auto"), full_finetune=False,
                                         own_server=True, cuda=torch.cuda.is_available())

@@ -14,7 +14,8 @@ import torch
 
 from training.config import ConfigError, ModelConfig, SamplingConfig, config_from_dict
 from training.engines import EngineError
-from training.engines.vllm import VLLMEngine, resolve_sync, sync_reason
+from training.engines.vllm import VLLMEngine
+from training.engines.vllm_sync import resolve_sync, sync_reason
 from training.policy import load_policy, merged_state_dict
 
 

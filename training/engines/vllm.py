@@ -40,6 +40,7 @@ from typing import Any
 from training.config import MAX_STOP_STRINGS
 from training.engines.base import EngineError, Piece, merge_pieces
 from training.engines.vllm_server import VLLMServer, version
+from training.engines.vllm_sync import choose_sync
 from training.generation import GenerationBatch, cut_completion, encode_prompts, eos_token_ids
 
 BASE_NAME = "base"
@@ -270,7 +271,7 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
     import torch
 
     cuda = torch.cuda.is_available()
-    mode, why = _sync_choice(vcfg.sync, full_finetune=config.model.lora is None, own_server=vcfg.url is None,
+    mode, why = choose_sync(vcfg.sync, full_finetune=config.model.lora is None, own_server=vcfg.url is None,
                              cuda=cuda)
     server = None
     if vcfg.url is None:
@@ -302,39 +303,6 @@ def start_vllm_engine(config: Any, model: Any, tokenizer: Any, *, run_dir: Any, 
         engine.close()
         raise
     return engine
-
-
-def resolve_sync(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> str:
-    """``vllm.sync`` as the run uses it (``sync_reason`` says why, for the run page)."""
-    return _sync_choice(requested, full_finetune=full_finetune, own_server=own_server, cuda=cuda)[0]
-
-
-def sync_reason(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> str:
-    """Why the run syncs as it does, in a sentence the runtime block shows."""
-    return _sync_choice(requested, full_finetune=full_finetune, own_server=own_server, cuda=cuda)[1]
-
-
-def _sync_choice(requested: str, *, full_finetune: bool, own_server: bool, cuda: bool) -> tuple[str, str]:
-    """``auto`` is ``weights`` for a full fine-tune (no adapter to load) and for a server of the run's own on a
-    machine without CUDA, else ``adapter`` (on a GPU the LoRA kernels cost little and an adapter is a few MB where
-    the weights are the whole model).
-
-    On CPU the choice follows a measurement, not the run's own model: vLLM's CPU build sampled a LoRA policy
-    through its LoRA path at 33% of its base speed and as reloaded merged weights at 97% on the tiny Qwen3.5
-    (RESULTS.md, rollout-bench), while a reload costs a small model little. Measuring both on the run's own
-    model would take a second server start (a minute or more on CPU) before step 1, so auto does not; set
-    vllm.sync to force the other."""
-    if requested != "auto":
-        return requested, "set in the run config (vllm.sync)"
-    if full_finetune:
-        return "weights", "auto: a full fine-tune has no adapter to load"
-    if own_server and not cuda:
-        return "weights", ("auto: on CPU vLLM's LoRA path sampled at a third of its base speed and reloaded merged "
-                           "weights at 97% (measured on the tiny Qwen3.5, RESULTS.md); this model is not measured "
-                           "at start (a second server start), set vllm.sync: adapter to compare")
-    if not own_server:
-        return "adapter", "auto: a server of yours (vllm.url) may not serve weight reloads"
-    return "adapter", "auto: on a GPU an adapter is a few MB per step and the LoRA kernels cost little"
 
 
 def _adapter_rank(model: Any) -> int | None:

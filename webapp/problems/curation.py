@@ -41,7 +41,7 @@ def check_share(share: float, seed: int) -> None:
 
 def brings_heldout(ps: ProblemSet) -> bool:
     """The set's file has a held-out split of its own (a chosen share never overrides it)."""
-    return ps.heldout_share is None and ps.problems.filter(split="heldout").exists()
+    return not ps.split_choosable
 
 
 def own_split_words(ps: ProblemSet) -> str:

@@ -304,7 +304,8 @@ class ProblemSet(LockedRow, models.Model):
     @property
     def split_choosable(self) -> bool:
         """A held-out share may be chosen: the file brought no held-out split (or the share is the user's). Its
-        held-out problems count while excluded too: including them again brings the split back."""
+        held-out problems count while excluded too: including them again brings the split back (the stored count,
+        of included ones only, answers without a query when it is not 0)."""
         return self.heldout_share is not None or (
             self.heldout_count == 0 and not self.problems.filter(split="heldout").exists())
 

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from training.config import ENGINES, ConfigError
 from training.engines.vllm_server import unavailable_reason
+from training.engines.vllm_sync import resolve_sync
 
 
 def check_engine(full: dict) -> None:
@@ -20,9 +21,8 @@ def check_engine(full: dict) -> None:
         raise ConfigError("vllm.url", f"must be one of the vLLM servers this deployment offers (CRUCIBLE_VLLM_URLS: "
                                       f"{listed}); leave it null to let the run start its own server")
     if url is not None and full["sampling"]["engine"] == "vllm":
-        sync = (full.get("vllm") or {}).get("sync", "auto")
-        full_finetune = (full.get("model") or {}).get("lora") is None
-        if sync == "weights" or (sync == "auto" and full_finetune):
+        sync = full["vllm"]["sync"]
+        if resolve_sync(sync, full_finetune=full["model"]["lora"] is None, own_server=False, cuda=False) == "weights":
             why = "vllm.sync: weights" if sync == "weights" else "a full fine-tune (model.lora null) syncs by weights"
             raise ConfigError("vllm.sync", f"{why}: it would reload the whole model of the listed server {url}, "
                                            "which other runs sample from too; a run on a listed server syncs its "
